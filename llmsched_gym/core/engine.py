@@ -1,0 +1,637 @@
+"""The discrete-event engine loop of one instance: arrivals, steps, completions.
+
+One engine step is one batch iteration, as in vLLM's ``EngineCore.step``:
+
+1. requests that arrived by the step's start join the waiting queue;
+2. the policy builds the batch through a ``StepContext`` (the engine enforces the token budget,
+   ``max_num_seqs`` and KV blocks; the policy picks order, admission, chunk sizes and victims);
+3. each scheduled request's ``num_computed_tokens`` advances by its scheduled tokens;
+4. the step costs ``cost_model.step_time(features)`` seconds; then every request whose computed
+   tokens caught up with its tokens samples one; a request that produced its last token finishes
+   and frees its blocks (in scheduling order).
+
+When nothing is running or waiting the clock jumps to the next arrival. With ``fast_forward`` on,
+stretches in which the schedule provably cannot change (all running requests decode, none
+finishes, no waiting request can be admitted, no allocation can fail, no arrival) advance many
+steps at once; records and schedule logs are identical either way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+import numpy as np
+
+from llmsched_gym.config import EngineConfig
+from llmsched_gym.core.queues import FCFSQueue, PriorityQueue, vllm_priority_key
+from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
+from llmsched_gym.errors import ConfigError, PolicyError, TraceError
+from llmsched_gym.kv.manager import KVCacheManager, cdiv
+
+_STALL_LIMIT = 10_000
+
+
+class StepContext:
+    """What a policy sees and may do while building one step's batch.
+
+    Read: ``now``, ``step``, ``token_budget`` (left this step), ``num_free_blocks``, ``running``
+    (admission order), ``waiting`` (service order), ``config``, per-request state on the
+    ``Request`` objects. Act: ``schedule_running``, ``admit``, ``preempt``. Nothing a policy reads
+    goes beyond what vLLM's scheduler knows, except through ``true_output_len`` (oracles only).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.config = engine.config
+        self.block_size = engine.config.block_size
+        self.max_num_seqs = engine.config.max_num_seqs
+        self.now = 0.0
+        self.step = 0
+        self.token_budget = 0
+        self.scheduled: dict[Request, int] = {}
+        """Tokens scheduled this step per request, in scheduling order."""
+        self.new: list[tuple[Request, int]] = []
+        self.resumed: list[tuple[Request, int]] = []
+        self.preempted: list[Request] = []
+        self.running: list[Request] = engine.running
+        self.waiting = engine.waiting
+        self.num_eligible = 0
+        """Running plus waiting requests when the step began (vLLM's long-prefill rule)."""
+
+    def _begin(self, now: float, step: int) -> None:
+        self.now = now
+        self.step = step
+        self.token_budget = self.config.max_num_batched_tokens
+        self.scheduled = {}
+        self.new = []
+        self.resumed = []
+        self.preempted = []
+        self.num_eligible = len(self.running) + len(self.waiting)
+
+    # -- reading -----------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Free KV blocks now (cached-but-unused blocks count as free)."""
+        return self._engine.kv.pool.num_free
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        """Total KV blocks including the null block."""
+        return self.config.num_gpu_blocks
+
+    def lookup(self, req: Request) -> tuple[list[int], int]:
+        """Prefix hit ``req`` would get if admitted now: (hit block ids, hit tokens).
+
+        No side effects; pass the result to ``admit(..., hit=...)`` to avoid a second lookup.
+        """
+        return self._engine.kv.get_computed_blocks(req)
+
+    def blocks_needed_to_admit(self, req: Request) -> int:
+        """Free blocks the admission gate would ask of ``req`` now."""
+        hits, _ = self._engine.kv.get_computed_blocks(req)
+        return self._engine.kv.blocks_to_admit(req, hits)
+
+    def true_output_len(self, req: Request) -> int:
+        """The request's real output length; only policies flagged ``oracle = True`` may ask."""
+        if not getattr(self._engine.policy, "oracle", False):
+            raise PolicyError(
+                f"policy {self._engine.policy.name!r} read the true output length of "
+                f"{req.request_id!r} but is not flagged oracle=True; oracle policies must say so"
+            )
+        return req._output_len
+
+    # -- acting ------------------------------------------------------------------------------
+    def schedule_running(self, req: Request, num_tokens: int, num_lookahead_tokens: int = 0) -> bool:
+        """Schedule ``num_tokens`` more tokens of a running request; False if blocks run out.
+
+        ``num_lookahead_tokens`` allocates slots beyond this step's tokens (KV reserved for
+        future decode tokens). On False nothing changed: the policy may preempt and retry.
+        """
+        if req.status is not RequestStatus.RUNNING:
+            raise PolicyError(f"schedule_running({req.request_id!r}): request is not running")
+        if req in self.scheduled:
+            raise PolicyError(f"schedule_running({req.request_id!r}): already scheduled this step")
+        remaining = req.num_tokens - req.num_computed_tokens
+        if not 1 <= num_tokens <= remaining:
+            raise PolicyError(
+                f"schedule_running({req.request_id!r}, {num_tokens}): must schedule between 1 and "
+                f"{remaining} tokens (tokens not yet computed)"
+            )
+        if num_tokens > self.token_budget:
+            raise PolicyError(
+                f"schedule_running({req.request_id!r}, {num_tokens}): exceeds the remaining token "
+                f"budget {self.token_budget} (max_num_batched_tokens)"
+            )
+        if self._engine.kv.allocate_slots(req, num_tokens, None, num_lookahead_tokens) is None:
+            return False
+        self.scheduled[req] = num_tokens
+        self.token_budget -= num_tokens
+        return True
+
+    def admit(
+        self,
+        req: Request,
+        num_tokens: int | None = None,
+        num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = True,
+        hit: tuple[list[int], int] | None = None,
+    ) -> int | None:
+        """Admit a waiting request with a prefix lookup; returns tokens scheduled, or None.
+
+        ``num_tokens`` caps this step's tokens (default: the rest of the sequence, cut to the
+        budget: chunked prefill). ``full_sequence_must_fit`` is vLLM 0.32's admission gate. On
+        None nothing changed. ``hit`` passes a lookup already made this step.
+        """
+        eng = self._engine
+        if req.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            raise PolicyError(f"admit({req.request_id!r}): request is not waiting")
+        if len(self.running) >= self.max_num_seqs:
+            raise PolicyError(
+                f"admit({req.request_id!r}): {len(self.running)} requests already running "
+                f"(max_num_seqs={self.max_num_seqs})"
+            )
+        hit_blocks, hit_tokens = hit if hit is not None else eng.kv.get_computed_blocks(req)
+        remaining = req.num_tokens - hit_tokens
+        n = remaining if num_tokens is None else num_tokens
+        n = min(n, self.token_budget)
+        if not 1 <= n <= remaining:
+            raise PolicyError(
+                f"admit({req.request_id!r}, {num_tokens}): must schedule between 1 and {remaining} "
+                f"tokens within the token budget {self.token_budget}"
+            )
+        if eng.kv.allocate_slots(req, n, hit_blocks, num_lookahead_tokens, full_sequence_must_fit) is None:
+            return None
+        eng.kv.record_lookup(req, hit_tokens)
+        self.waiting.remove(req) if self.waiting.peek() is not req else self.waiting.pop()
+        self.running.append(req)
+        if req.status is RequestStatus.WAITING:
+            self.new.append((req, hit_tokens))
+            req.num_cached_tokens = hit_tokens
+            req.first_scheduled_time = self.now
+        else:
+            self.resumed.append((req, hit_tokens))
+        req.status = RequestStatus.RUNNING
+        req.num_computed_tokens = hit_tokens
+        self.scheduled[req] = n
+        self.token_budget -= n
+        return n
+
+    def preempt(self, req: Request) -> None:
+        """Preempt a running request by recompute: free its blocks and send it back to waiting.
+
+        Tokens it was already scheduled this step return to the budget. Under the FCFS queue it
+        goes to the head of waiting; under the priority queue it is re-inserted by priority.
+        """
+        if req.status is not RequestStatus.RUNNING:
+            raise PolicyError(f"preempt({req.request_id!r}): request is not running")
+        eng = self._engine
+        self.running.remove(req)
+        n = self.scheduled.pop(req, 0)
+        self.token_budget += n
+        eng.kv.free(req)
+        req.status = RequestStatus.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.waiting.prepend(req)
+        self.preempted.append(req)
+
+
+class SchedulingPolicy:
+    """Base class of local scheduling policies (see ``llmsched_gym.policies``).
+
+    A policy implements ``schedule(ctx)``. Class attributes describe it to the engine:
+
+    * ``oracle``: it reads true output lengths (never unflagged on a leaderboard);
+    * ``fast_forward_safe``: in a state where every running request has exactly one token to
+      compute, none is scheduled yet and no waiting request can be admitted (see
+      ``head_of_line``), ``schedule`` schedules every running request for one token in running
+      order and does nothing else — so the engine may advance such stretches in closed form;
+    * ``head_of_line``: it admits waiting requests only in queue order and stops at the first
+      that does not fit (vLLM's rule), so a blocked head blocks the queue.
+    """
+
+    name = "policy"
+    oracle = False
+    fast_forward_safe = False
+    head_of_line = False
+
+    def priority_key(self, req: Request) -> tuple:
+        """Order of the priority waiting queue (vLLM's by default)."""
+        return vllm_priority_key(req)
+
+    def queue_policy(self, config: EngineConfig) -> str:
+        """The waiting-queue discipline, ``fcfs`` or ``priority`` (the config's by default)."""
+        return config.scheduling_policy
+
+    def reset(self, engine: Engine) -> None:
+        """Called once when an engine starts with this policy."""
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Build one step's batch through ``ctx``."""
+        raise NotImplementedError
+
+    def on_finish(self, req: Request, now: float) -> None:
+        """Called when a request finishes (e.g. to update an output-length histogram)."""
+
+
+class Engine:
+    """One simulated instance: KV cache, queues, clock, policy and cost model."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        policy: SchedulingPolicy,
+        cost_model: Any,
+        *,
+        fast_forward: bool = True,
+        schedule_log: IO[str] | None = None,
+        record_steps: bool = False,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.cost_model = cost_model
+        self.fast_forward = fast_forward
+        self.schedule_log = schedule_log
+        self.record_steps = record_steps
+        self.kv = KVCacheManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        self.running: list[Request] = []
+        if policy.queue_policy(config) == "priority":
+            self.waiting: FCFSQueue | PriorityQueue = PriorityQueue(policy.priority_key)
+        else:
+            self.waiting = FCFSQueue()
+        self.now = 0.0
+        self.num_steps = 0
+        self.num_ff_steps = 0
+        self.num_preemptions = 0
+        self.finished: list[Request] = []
+        self._pending: list[RequestSpec] = []
+        self._next_arrival = 0
+        self._seq = 0
+        self.ctx = StepContext(self)
+        # Inter-token latencies as (gap, multiplicity) runs; identical gaps share one entry.
+        self.itl_values: list[float] = []
+        self.itl_weights: list[int] = []
+        self._steps: dict[str, list] | None = (
+            {k: [] for k in _STEP_FIELDS} if record_steps else None
+        )
+        policy.reset(self)
+
+    # -- requests ----------------------------------------------------------------------------
+    def add_requests(self, specs: Sequence[RequestSpec]) -> None:
+        """Queue specs for arrival (validated against this engine's KV capacity)."""
+        bs, usable = self.config.block_size, self.config.num_gpu_blocks - 1
+        for spec in specs:
+            need = cdiv(spec.prompt_len + min(spec.output_len, spec.max_tokens) - 1, bs)
+            if need > usable:
+                raise TraceError(
+                    f"request {spec.request_id!r} can never fit the KV cache: prompt_len="
+                    f"{spec.prompt_len} + output_len={spec.output_len} needs {need} blocks of "
+                    f"{bs} tokens but num_gpu_blocks={self.config.num_gpu_blocks} leaves {usable} "
+                    "usable (block 0 is reserved); raise num_gpu_blocks or drop the request"
+                )
+            if spec.arrival_time < self.now:
+                raise TraceError(
+                    f"request {spec.request_id!r} arrives at {spec.arrival_time} s, before the "
+                    f"engine clock {self.now} s"
+                )
+        self._pending.extend(specs)
+        self._pending[self._next_arrival :] = sorted(
+            self._pending[self._next_arrival :], key=lambda s: s.arrival_time
+        )
+
+    def _admit_arrivals(self) -> None:
+        pending, i, now, bs = self._pending, self._next_arrival, self.now, self.config.block_size
+        while i < len(pending) and pending[i].arrival_time <= now:
+            req = Request(pending[i], self._seq, bs)
+            self._seq += 1
+            self.waiting.add(req)
+            i += 1
+        self._next_arrival = i
+
+    @property
+    def has_unfinished(self) -> bool:
+        """Whether any request is running, waiting or yet to arrive."""
+        return bool(self.running) or bool(self.waiting) or self._next_arrival < len(self._pending)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self, until: float | None = None, progress: Callable[[int], None] | None = None) -> None:
+        """Run until every request finished (or the clock passes ``until``)."""
+        stall = 0
+        last_done = 0
+        while True:
+            self._admit_arrivals()
+            if not self.running and not self.waiting:
+                if self._next_arrival >= len(self._pending):
+                    break
+                self.now = max(self.now, self._pending[self._next_arrival].arrival_time)
+                continue
+            if until is not None and self.now >= until:
+                break
+            if not (self.fast_forward and self._try_fast_forward()):
+                progressed = self._step()
+                stall = 0 if progressed else stall + 1
+                if stall > _STALL_LIMIT:
+                    raise PolicyError(
+                        f"policy {self.policy.name!r} scheduled nothing for {_STALL_LIMIT} "
+                        f"consecutive steps with {len(self.waiting)} waiting and "
+                        f"{len(self.running)} running requests at t={self.now:.3f} s"
+                    )
+            if progress is not None and len(self.finished) != last_done:
+                progress(len(self.finished) - last_done)
+                last_done = len(self.finished)
+
+    def _step(self) -> bool:
+        ctx = self.ctx
+        ctx._begin(self.now, self.num_steps)
+        self.policy.schedule(ctx)
+        scheduled = ctx.scheduled
+        num_free_after_schedule = self.kv.pool.num_free
+        # Features and the computed-token advance (vLLM's _update_after_schedule).
+        tokens = pa = dkv = npf = ndc = 0
+        for req, n in scheduled.items():
+            m = req.num_computed_tokens
+            if n == 1:
+                dkv += m
+                ndc += 1
+            else:
+                pa += n * n + 2 * m * n
+                npf += 1
+            tokens += n
+            req.num_computed_tokens = m + n
+            req.num_computed_total += n
+        if tokens > self.config.max_num_batched_tokens:
+            raise PolicyError(f"step {self.num_steps} scheduled {tokens} tokens > budget")
+        duration = self.cost_model.step_time(tokens, pa, dkv, npf, ndc)
+        end = self.now + duration
+        finished = self._update_from_output(scheduled, end, duration)
+        self.num_preemptions += len(ctx.preempted)
+        if self.schedule_log is not None:
+            self._log_step(ctx, num_free_after_schedule, finished)
+        if self._steps is not None:
+            self._record_step(duration, tokens, npf, ndc, ctx, len(finished), num_free_after_schedule)
+        self.now = end
+        self.num_steps += 1
+        return bool(scheduled) or bool(ctx.preempted)
+
+    def _update_from_output(self, scheduled: dict[Request, int], end: float, duration: float) -> list[Request]:
+        finished: list[Request] = []
+        now = self.now
+        same_gap = 0
+        for req in scheduled:
+            if req.num_computed_tokens < req.num_tokens:
+                continue  # partial prefill chunk: nothing sampled
+            req.num_tokens += 1
+            req.num_output_tokens += 1
+            last = req.last_token_time
+            if last is None:
+                req.first_token_time = end
+            elif last == now:
+                same_gap += 1
+            else:
+                self.itl_values.append(end - last)
+                self.itl_weights.append(1)
+            req.last_token_time = end
+            if req.num_output_tokens >= req._output_len:
+                finished.append(req)
+        if same_gap:
+            self.itl_values.append(duration)
+            self.itl_weights.append(same_gap)
+        if finished:
+            for req in finished:
+                req.status = RequestStatus.FINISHED
+                req.finish_time = end
+                self.kv.free(req)
+                self.policy.on_finish(req, end)
+            done = set(finished)
+            self.running[:] = [r for r in self.running if r not in done]
+            self.finished.extend(finished)
+        return finished
+
+    # -- fast-forward ------------------------------------------------------------------------
+    def _try_fast_forward(self) -> bool:
+        """Advance a stretch of pure-decode steps at once; False if the state does not allow it."""
+        policy = self.policy
+        if not policy.fast_forward_safe:
+            return False
+        running = self.running
+        n = len(running)
+        if n == 0 or n > self.config.max_num_batched_tokens:
+            return False
+        min_left = 1 << 62
+        for r in running:
+            if r.num_tokens - r.num_computed_tokens != 1:
+                return False
+            left = r._output_len - r.num_output_tokens
+            if left < min_left:
+                min_left = left
+        # Steps in which nobody finishes (the finishing step runs on the normal path).
+        k = min_left - 1
+        if k < 2:
+            return False
+        waiting = self.waiting
+        if waiting and n < self.config.max_num_seqs:
+            if not policy.head_of_line:
+                return False
+            head = waiting.peek()
+            # Admission needs (blocks_to_admit <= free); during the stretch free blocks only
+            # shrink and the head's need only grows (hits can only be evicted), so a blocked
+            # head stays blocked.
+            hits, _ = self.kv.get_computed_blocks(head)
+            if self.kv.blocks_to_admit(head, hits) <= self.kv.pool.num_free:
+                return False
+        # Block-boundary allocations: request i needs a new block at step offsets
+        # o_i, o_i + bs, ... where o_i = len(blocks)*bs - num_computed_tokens.
+        bs = self.config.block_size
+        free = self.kv.pool.num_free
+        offsets = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
+        # Largest k such that allocations in steps [0, k) fit in free blocks.
+        k = _max_steps_within_blocks(offsets, bs, free, k)
+        if k < 2:
+            return False
+        # Arrivals: every step of the stretch must start before the next arrival.
+        m0 = sum(r.num_computed_tokens for r in running)
+        steps = np.arange(k, dtype=np.int64)
+        nn = np.full(k, n, dtype=np.int64)
+        durations = self.cost_model.step_times(
+            nn, np.zeros(k, dtype=np.int64), m0 + steps * n, np.zeros(k, dtype=np.int64), nn
+        )
+        starts = np.empty(k + 1, dtype=np.float64)
+        starts[0] = self.now
+        # Sequential float additions, the same as stepping one at a time.
+        np.cumsum(np.concatenate(([self.now], durations)), out=starts)
+        if self._next_arrival < len(self._pending):
+            t_next = self._pending[self._next_arrival].arrival_time
+            k = min(k, int(np.searchsorted(starts[:k], t_next, side="left")))
+            if k < 2:
+                return False
+        self._advance_decode_stretch(k, offsets, durations[:k], starts[: k + 1])
+        return True
+
+    def _advance_decode_stretch(self, k: int, offsets: list[int], durations: np.ndarray, starts: np.ndarray) -> None:
+        running = self.running
+        n = len(running)
+        bs = self.config.block_size
+        kv = self.kv
+        pool = kv.pool
+        # Allocation events in (step, running position) order, as stepping would make them.
+        events: list[tuple[int, int]] = []
+        for pos, o in enumerate(offsets):
+            for j in range(o, k, bs):
+                events.append((j, pos))
+        events.sort()
+        free_after: list[int] | None = None
+        if self.schedule_log is not None or self._steps is not None:
+            free_after = []
+            ev = 0
+            free = pool.num_free
+            for j in range(k):
+                while ev < len(events) and events[ev][0] == j:
+                    free -= 1
+                    ev += 1
+                free_after.append(free)
+        for j, pos in events:
+            req = running[pos]
+            req.blocks.extend(pool.get_new_blocks(1))
+        end_times = starts[1:]
+        last_end = float(end_times[-1])
+        first_end = float(end_times[0])
+        now = self.now
+        n_same_first = 0
+        for req in running:
+            req.num_computed_tokens += k
+            req.num_computed_total += k
+            req.num_tokens += k
+            req.num_output_tokens += k
+            if kv.enable_caching:
+                kv.cache_blocks(req, req.num_tokens - 1)
+            # The gap before the stretch's first token is the request's own unless it also
+            # produced a token in the previous step; later gaps are the shared step durations.
+            if req.last_token_time == now:
+                n_same_first += 1
+            else:
+                self.itl_values.append(first_end - req.last_token_time)
+                self.itl_weights.append(1)
+            req.last_token_time = last_end
+        if n_same_first:
+            self.itl_values.append(float(durations[0]))
+            self.itl_weights.append(n_same_first)
+        self.itl_values.extend(durations[1:].tolist())
+        self.itl_weights.extend([n] * (k - 1))
+        if free_after is not None:
+            self._log_stretch(k, starts, durations, free_after)
+        self.now = last_end
+        self.num_steps += k
+        self.num_ff_steps += k
+
+    # -- logs and records -------------------------------------------------------------------
+    def _log_step(self, ctx: StepContext, num_free: int, finished: list[Request]) -> None:
+        line = {
+            "step": self.num_steps,
+            "time": self.now,
+            "scheduled": {r.request_id: n for r, n in ctx.scheduled.items()},
+            "new": {r.request_id: h for r, h in ctx.new},
+            "resumed": {r.request_id: h for r, h in ctx.resumed},
+            "preempted": [r.request_id for r in ctx.preempted],
+            "finished": [r.request_id for r in finished],
+            "num_free_blocks": num_free,
+            "num_running": len(self.running),
+            "num_waiting": len(self.waiting),
+        }
+        self.schedule_log.write(json.dumps(line) + "\n")
+
+    def _log_stretch(self, k: int, starts: np.ndarray, durations: np.ndarray, free_after: list[int]) -> None:
+        """Emit the per-step log lines and records of a fast-forwarded stretch."""
+        ids = [r.request_id for r in self.running]
+        n, n_waiting = len(ids), len(self.waiting)
+        base = self.num_steps
+        if self.schedule_log is not None:
+            write = self.schedule_log.write
+            scheduled = json.dumps({rid: 1 for rid in ids})
+            for j in range(k):
+                write(
+                    f'{{"step": {base + j}, "time": {json.dumps(float(starts[j]))}, '
+                    f'"scheduled": {scheduled}, "new": {{}}, "resumed": {{}}, "preempted": [], '
+                    f'"finished": [], "num_free_blocks": {free_after[j]}, '
+                    f'"num_running": {n}, "num_waiting": {n_waiting}}}\n'
+                )
+        if self._steps is not None:
+            s = self._steps
+            s["step"].extend(range(base, base + k))
+            s["time_s"].extend(starts[:k].tolist())
+            s["duration_s"].extend(durations.tolist())
+            s["num_scheduled_tokens"].extend([n] * k)
+            s["num_prefill"].extend([0] * k)
+            s["num_decode"].extend([n] * k)
+            for key in ("num_new", "num_resumed", "num_preempted", "num_finished"):
+                s[key].extend([0] * k)
+            s["num_running"].extend([n] * k)
+            s["num_waiting"].extend([n_waiting] * k)
+            s["num_free_blocks"].extend(free_after)
+
+    def _record_step(self, duration, tokens, npf, ndc, ctx, nfin, num_free) -> None:
+        s = self._steps
+        s["step"].append(self.num_steps)
+        s["time_s"].append(self.now)
+        s["duration_s"].append(duration)
+        s["num_scheduled_tokens"].append(tokens)
+        s["num_prefill"].append(npf)
+        s["num_decode"].append(ndc)
+        s["num_new"].append(len(ctx.new))
+        s["num_resumed"].append(len(ctx.resumed))
+        s["num_preempted"].append(len(ctx.preempted))
+        s["num_finished"].append(nfin)
+        s["num_running"].append(len(self.running))
+        s["num_waiting"].append(len(self.waiting))
+        s["num_free_blocks"].append(num_free)
+
+    def step_columns(self) -> dict[str, np.ndarray]:
+        """Per-step records as columns (needs ``record_steps=True``)."""
+        if self._steps is None:
+            raise ConfigError("per-step records were not enabled (record_steps=False)")
+        cols = {k: np.asarray(v) for k, v in self._steps.items()}
+        cols["kv_cache_usage"] = 1.0 - cols["num_free_blocks"] / (self.config.num_gpu_blocks - 1)
+        return cols
+
+
+_STEP_FIELDS = (
+    "step",
+    "time_s",
+    "duration_s",
+    "num_scheduled_tokens",
+    "num_prefill",
+    "num_decode",
+    "num_new",
+    "num_resumed",
+    "num_preempted",
+    "num_finished",
+    "num_running",
+    "num_waiting",
+    "num_free_blocks",
+)
+
+
+def _max_steps_within_blocks(offsets: list[int], bs: int, free: int, k_max: int) -> int:
+    """Largest k <= k_max such that block allocations in steps [0, k) number at most ``free``.
+
+    Request i allocates at steps o_i, o_i + bs, ...: ``ceil((k - o_i) / bs)`` of them before k.
+    """
+
+    def allocs(k: int) -> int:
+        total = 0
+        for o in offsets:
+            if k > o:
+                total += (k - o + bs - 1) // bs
+        return total
+
+    if allocs(k_max) <= free:
+        return k_max
+    lo, hi = 0, k_max  # allocs(lo) <= free < allocs(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if allocs(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo

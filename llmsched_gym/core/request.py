@@ -1,0 +1,179 @@
+"""Shared request vocabulary: what a trace says about a request (``RequestSpec``).
+
+``RequestSpec`` is immutable and mirrors the trace contract in DESIGN.md. The engine wraps each spec
+in its own mutable ``Request`` (``llmsched_gym.core.engine``); policies read that state through a
+read-only view.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class RequestStatus(enum.IntEnum):
+    """Lifecycle of a request inside one engine (vLLM's names)."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request as the trace contract describes it.
+
+    Exactly one of ``prompt_token_ids`` and (``prompt_len`` without token ids) describes the prompt;
+    ``prompt_len`` is always set (``len(prompt_token_ids)`` when ids are given).
+    """
+
+    request_id: str
+    """Unique id (the trace's ``request_id``)."""
+    arrival_time: float
+    """Arrival time in seconds from the start of the trace (>= 0)."""
+    prompt_len: int
+    """Number of prompt tokens (>= 1)."""
+    output_len: int
+    """Number of tokens the request really generates (>= 1); hidden from non-oracle policies."""
+    max_tokens: int
+    """The user's generation limit, visible to every policy (defaults to ``output_len``)."""
+    prompt_token_ids: tuple[int, ...] | None = None
+    """Prompt token ids, when the trace gives them (prefix sharing then follows the ids)."""
+    block_hashes: tuple[int, ...] | None = None
+    """Mooncake-style prefix hashes, one per ``hash_block_size`` prompt tokens (length traces)."""
+    hash_block_size: int = 512
+    """Tokens covered by one entry of ``block_hashes`` (Mooncake uses 512)."""
+    priority: int = 0
+    """Lower is served first, as in vLLM's priority policy."""
+    weight: float = 1.0
+    """Client weight (ProServe-style gains); not used by the engine."""
+    slo_ttft_s: float | None = None
+    """Time-to-first-token SLO in seconds."""
+    slo_tpot_s: float | None = None
+    """Time-per-output-token SLO in seconds."""
+    deadline_s: float | None = None
+    """Absolute deadline in seconds (same clock as ``arrival_time``)."""
+    job_id: str | None = None
+    """Job (relQuery, workflow) this request belongs to."""
+    stage: str | None = None
+    """Stage of the job that released this request."""
+    client_id: str | None = None
+    """Client that sent the request."""
+
+
+class Request:
+    """A request's live state inside one engine (vLLM's ``Request``, trimmed to scheduling).
+
+    Policies read these attributes and must not write them: the engine owns every counter.
+    ``num_tokens`` is prompt plus generated tokens; ``num_computed_tokens`` catches up with it
+    under the token budget (there is no prefill or decode phase, as in vLLM V1).
+
+    The true output length lives in ``_output_len`` and is read by the engine only; policies
+    that need it are oracles and ask ``StepContext.true_output_len`` (which checks the flag).
+    """
+
+    __slots__ = (
+        "spec",
+        "request_id",
+        "seq",
+        "arrival_time",
+        "priority",
+        "max_tokens",
+        "num_prompt_tokens",
+        "num_tokens",
+        "num_output_tokens",
+        "num_computed_tokens",
+        "status",
+        "num_preemptions",
+        "blocks",
+        "num_cached_blocks",
+        "_keys",
+        "_num_shareable_blocks",
+        "_output_len",
+        "first_scheduled_time",
+        "first_token_time",
+        "finish_time",
+        "last_token_time",
+        "num_cached_tokens",
+        "num_computed_total",
+        "scheduled_in_step",
+    )
+
+    def __init__(self, spec: RequestSpec, seq: int, block_size: int) -> None:
+        self.spec = spec
+        self.request_id = spec.request_id
+        self.seq = seq
+        """Arrival sequence number: the engine's only tie-breaker besides ids."""
+        self.arrival_time = spec.arrival_time
+        self.priority = spec.priority
+        self.max_tokens = spec.max_tokens
+        self.num_prompt_tokens = spec.prompt_len
+        self.num_tokens = spec.prompt_len
+        self.num_output_tokens = 0
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.num_preemptions = 0
+        self.blocks: list[int] = []
+        """KV block ids in sequence order."""
+        self.num_cached_blocks = 0
+        """Leading blocks already registered in the prefix cache."""
+        self._keys: list = []
+        self._num_shareable_blocks = _num_shareable_blocks(spec, block_size)
+        self._output_len = min(spec.output_len, spec.max_tokens)
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finish_time: float | None = None
+        self.last_token_time: float | None = None
+        self.num_cached_tokens = -1
+        """Prefix-hit tokens at the first admission (-1 until admitted)."""
+        self.num_computed_total = 0
+        """Every token the model computed for this request, refills included."""
+        self.scheduled_in_step = -1
+
+    @property
+    def is_prefill_chunk(self) -> bool:
+        """Whether more than one token remains to compute (prompt, chunk or refill)."""
+        return self.num_tokens - self.num_computed_tokens > 1
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.name}, "
+            f"computed={self.num_computed_tokens}/{self.num_tokens}, "
+            f"output={self.num_output_tokens})"
+        )
+
+    def block_key(self, i: int, block_size: int):
+        """Prefix-cache key of the request's ``i``-th full block (vLLM's chained block hash).
+
+        Blocks lying wholly inside a prompt with known content (token ids or Mooncake hashes) get
+        a content key chained over the prefix; any block holding generated tokens, or prompt
+        tokens of a length-only trace, is unique to this request: ``(seq, i)``. Generated tokens
+        are unique per request in the simulator, so this matches vLLM's chain hash exactly.
+        """
+        keys = self._keys
+        while len(keys) <= i:
+            j = len(keys)
+            if j < self._num_shareable_blocks:
+                keys.append(_content_key(self.spec, j, block_size, keys[-1] if keys else 0))
+            else:
+                keys.append((self.seq, j))
+        return keys[i]
+
+
+def _num_shareable_blocks(spec: RequestSpec, block_size: int) -> int:
+    if spec.prompt_token_ids is not None:
+        return spec.prompt_len // block_size
+    if spec.block_hashes:
+        return min(spec.prompt_len, len(spec.block_hashes) * spec.hash_block_size) // block_size
+    return 0
+
+
+def _content_key(spec: RequestSpec, j: int, block_size: int, parent):
+    end = (j + 1) * block_size
+    if spec.prompt_token_ids is not None:
+        # Deterministic across processes: hashes of ints and tuples of ints are not salted.
+        return hash((parent, spec.prompt_token_ids[end - block_size : end]))
+    # Mooncake hash ids identify the whole prefix up to their block; the id covering the block's
+    # last token plus the block's end position names its content.
+    return ("h", spec.block_hashes[(end - 1) // spec.hash_block_size], end)

@@ -1,0 +1,140 @@
+"""The cost-model protocol: a batch's features in, the engine step's duration in seconds out.
+
+A step's batch is summarised by five features (DESIGN.md, "Cost model"). For each scheduled item
+with ``c`` new tokens on top of ``m`` tokens already in the KV cache:
+
+* ``num_tokens``   = sum of c over all items (tokens the model computes this step);
+* ``prefill_attn`` = sum of (c*c + 2*m*c) over prefill items (attention work of a chunk);
+* ``decode_kv``    = sum of m over decode items (KV tokens a decode reads);
+* ``num_prefill``  = items with c > 1 (prefills, chunks and refills);
+* ``num_decode``   = items with c == 1 (computationally a decode, whatever the request's phase).
+
+An empty batch (all zero) is a legal step: it costs the model's value at zero.
+
+``step_times`` is the vectorised twin of ``step_time`` used by fast-forward: element ``i`` must be
+bit-for-bit equal to ``step_time`` of the i-th features, so fast-forwarded runs match runs stepped
+one iteration at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from llmsched_gym.errors import CostModelError
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Maps a batch's features to the engine step's duration in seconds."""
+
+    name: str
+    """A label naming the profile (shown in records and tables)."""
+
+    def step_time(
+        self,
+        num_tokens: int,
+        prefill_attn: int,
+        decode_kv: int,
+        num_prefill: int,
+        num_decode: int,
+    ) -> float:
+        """Duration in seconds of one engine step with these batch features."""
+        ...
+
+    def step_times(
+        self,
+        num_tokens: np.ndarray,
+        prefill_attn: np.ndarray,
+        decode_kv: np.ndarray,
+        num_prefill: np.ndarray,
+        num_decode: np.ndarray,
+    ) -> np.ndarray:
+        """Vectorised ``step_time``; must equal it element by element, bit for bit."""
+        ...
+
+
+class ConstantCostModel:
+    """Every step costs the same number of seconds (``constant:SECONDS``), for tests and oracles."""
+
+    def __init__(self, seconds: float) -> None:
+        if not (seconds > 0.0) or seconds != seconds or seconds == float("inf"):
+            raise CostModelError(
+                f"constant cost model needs a finite step time > 0 seconds, got {seconds!r}"
+            )
+        self.seconds = float(seconds)
+        self.name = f"constant:{seconds:g}"
+
+    def step_time(self, num_tokens, prefill_attn, decode_kv, num_prefill, num_decode) -> float:
+        """Return the constant."""
+        return self.seconds
+
+    def step_times(self, num_tokens, prefill_attn, decode_kv, num_prefill, num_decode):
+        """Return the constant for every step."""
+        return np.full(np.shape(num_tokens), self.seconds, dtype=np.float64)
+
+
+class LinearCostModel:
+    """Step time = c0 + c_tokens*num_tokens + c_prefill_attn*prefill_attn + c_decode_kv*decode_kv
+    + c_prefill*num_prefill + c_decode*num_decode (seconds).
+
+    The scalar and vectorised paths evaluate the same expression in the same order, so they agree
+    bit for bit (tested), which fast-forward relies on.
+    """
+
+    COEFFICIENTS = ("c0", "c_tokens", "c_prefill_attn", "c_decode_kv", "c_prefill", "c_decode")
+
+    def __init__(
+        self,
+        c0: float,
+        c_tokens: float = 0.0,
+        c_prefill_attn: float = 0.0,
+        c_decode_kv: float = 0.0,
+        c_prefill: float = 0.0,
+        c_decode: float = 0.0,
+        name: str = "linear",
+    ) -> None:
+        values = (c0, c_tokens, c_prefill_attn, c_decode_kv, c_prefill, c_decode)
+        for key, value in zip(self.COEFFICIENTS, values):
+            if not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+                raise CostModelError(f"linear cost model: {key} must be a finite number, got {value!r}")
+        if c0 <= 0.0:
+            raise CostModelError(
+                f"linear cost model: c0 (the empty-batch step time) must be > 0 s, got {c0!r}; "
+                "a zero-cost step would let the clock stand still"
+            )
+        self.c0, self.c_tokens, self.c_prefill_attn = float(c0), float(c_tokens), float(c_prefill_attn)
+        self.c_decode_kv, self.c_prefill, self.c_decode = (
+            float(c_decode_kv),
+            float(c_prefill),
+            float(c_decode),
+        )
+        self.name = name
+
+    def coefficients(self) -> dict[str, float]:
+        """The six coefficients by name."""
+        return {key: getattr(self, key) for key in self.COEFFICIENTS}
+
+    def step_time(self, num_tokens, prefill_attn, decode_kv, num_prefill, num_decode) -> float:
+        """Evaluate the linear model for one batch."""
+        return (
+            self.c0
+            + self.c_tokens * float(num_tokens)
+            + self.c_prefill_attn * float(prefill_attn)
+            + self.c_decode_kv * float(decode_kv)
+            + self.c_prefill * float(num_prefill)
+            + self.c_decode * float(num_decode)
+        )
+
+    def step_times(self, num_tokens, prefill_attn, decode_kv, num_prefill, num_decode):
+        """Evaluate the linear model for many batches (same expression order as ``step_time``)."""
+        f = np.asarray
+        return (
+            self.c0
+            + self.c_tokens * f(num_tokens, dtype=np.float64)
+            + self.c_prefill_attn * f(prefill_attn, dtype=np.float64)
+            + self.c_decode_kv * f(decode_kv, dtype=np.float64)
+            + self.c_prefill * f(num_prefill, dtype=np.float64)
+            + self.c_decode * f(num_decode, dtype=np.float64)
+        )

@@ -1,0 +1,173 @@
+"""Paged KV blocks with vLLM V1's free queue and prefix-cache map (``vllm/v1/core/block_pool.py``).
+
+Invariants (checked by the property tests):
+
+* Block 0 is vLLM's null block: taken out of the free queue at start and never freed.
+* ``num_free + (blocks with ref_cnt > 0) == num_gpu_blocks - 1`` at every moment.
+* A block is in the free queue iff its ``ref_cnt`` is 0 (the null block excepted). Free blocks may
+  still carry a hash: they are eviction candidates, reusable by a prefix hit until taken.
+
+The free queue is a doubly linked list over block ids held in two int lists, so removing a hit
+block from the middle is O(1) as in vLLM's ``FreeKVCacheBlockQueue``. It starts in block-id order.
+New blocks come from the front; taking a hashed block evicts its hash then (lazy eviction). Freed
+blocks without a hash go to the front, hashed ones to the back (LRU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+
+
+class BlockPool:
+    """All KV blocks of one instance: reference counts, hashes, free queue and cache map."""
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
+        n = num_gpu_blocks
+        self.num_gpu_blocks = n
+        self.enable_caching = enable_caching
+        self.ref_cnt: list[int] = [0] * n
+        self.block_hash: list[Hashable | None] = [None] * n
+        # Linked list over ids 0..n-1 with sentinels HEAD = n and TAIL = n + 1.
+        self._head, self._tail = n, n + 1
+        self._next: list[int] = list(range(1, n + 1)) + [0, -1]
+        self._prev: list[int] = [n] + list(range(0, n - 1)) + [-1, n - 1]
+        self._next[n - 1] = self._tail
+        # key -> block id, or list of ids when several blocks hold the same content (vLLM does not
+        # de-duplicate: block tables are append-only). Lookups return the first inserted.
+        self._cached: dict[Hashable, int | list[int]] = {}
+        self.num_free = n
+        null = self._popleft()
+        assert null == 0
+        self.null_block = null
+
+    # -- free queue -------------------------------------------------------------------------
+    def _popleft(self) -> int:
+        nxt = self._next
+        b = nxt[self._head]
+        assert b != self._tail, "free queue empty"
+        after = nxt[b]
+        nxt[self._head] = after
+        self._prev[after] = self._head
+        self.num_free -= 1
+        return b
+
+    def _remove(self, b: int) -> None:
+        p, q = self._prev[b], self._next[b]
+        self._next[p] = q
+        self._prev[q] = p
+        self.num_free -= 1
+
+    def free_queue(self) -> list[int]:
+        """Block ids in free-queue order, front (next to be taken) first. For tests and views."""
+        out, b, nxt = [], self._next[self._head], self._next
+        while b != self._tail:
+            out.append(b)
+            b = nxt[b]
+        return out
+
+    # -- prefix cache map --------------------------------------------------------------------
+    def get_cached_block(self, key: Hashable) -> int | None:
+        """The block holding ``key`` (the first inserted if several), or None on a miss."""
+        hit = self._cached.get(key)
+        if hit is None or type(hit) is int:
+            return hit
+        return hit[0]
+
+    def _evict_hash(self, b: int) -> None:
+        key = self.block_hash[b]
+        if key is None:
+            return
+        self.block_hash[b] = None
+        entry = self._cached[key]
+        if type(entry) is int:
+            del self._cached[key]
+        else:
+            entry.remove(b)
+            if not entry:  # pragma: no cover - lists are collapsed below before emptying
+                del self._cached[key]
+            elif len(entry) == 1:
+                self._cached[key] = entry[0]
+
+    def cache_block(self, b: int, key: Hashable) -> None:
+        """Register full block ``b`` under ``key`` (at schedule time, as vLLM does)."""
+        if self.block_hash[b] is not None:  # already cached (e.g. a prefix hit)
+            return
+        self.block_hash[b] = key
+        entry = self._cached.get(key)
+        if entry is None:
+            self._cached[key] = b
+        elif type(entry) is int:
+            self._cached[key] = [entry, b]
+        else:
+            entry.append(b)
+
+    # -- allocation --------------------------------------------------------------------------
+    def get_new_blocks(self, k: int) -> list[int]:
+        """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
+        assert k <= self.num_free, "caller must check free blocks first"
+        nxt, ref, bh = self._next, self.ref_cnt, self.block_hash
+        out = []
+        b = nxt[self._head]
+        for _ in range(k):
+            out.append(b)
+            if bh[b] is not None:
+                self._evict_hash(b)
+            ref[b] = 1
+            b = nxt[b]
+        nxt[self._head] = b
+        self._prev[b] = self._head
+        self.num_free -= k
+        return out
+
+    def touch(self, blocks: Sequence[int]) -> None:
+        """Add a reference to prefix-hit blocks, taking free ones out of the free queue."""
+        ref = self.ref_cnt
+        for b in blocks:
+            if ref[b] == 0:
+                self._remove(b)
+            ref[b] += 1
+
+    def num_evictable(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks`` sit in the free queue (touching them uses free capacity)."""
+        ref = self.ref_cnt
+        return sum(1 for b in blocks if ref[b] == 0)
+
+    def free_blocks(self, ordered: Iterable[int]) -> None:
+        """Drop one reference from each block, ``ordered`` first-to-evict first (tail first).
+
+        Blocks reaching zero references go to the front of the free queue when they carry no hash
+        (or caching is off) and to the back when hashed, each group keeping ``ordered``'s order.
+        """
+        ref, bh, caching = self.ref_cnt, self.block_hash, self.enable_caching
+        first: list[int] = []
+        last: list[int] = []
+        for b in ordered:
+            ref[b] -= 1
+            if ref[b] == 0:
+                if bh[b] is None or not caching:
+                    first.append(b)
+                else:
+                    last.append(b)
+        nxt, prv = self._next, self._prev
+        if first:
+            p = self._head
+            old_first = nxt[p]
+            for b in first:
+                prv[b] = p
+                nxt[p] = b
+                p = b
+            nxt[p] = old_first
+            prv[old_first] = p
+        if last:
+            p = prv[self._tail]
+            for b in last:
+                prv[b] = p
+                nxt[p] = b
+                p = b
+            nxt[p] = self._tail
+            prv[self._tail] = p
+        self.num_free += len(first) + len(last)
+
+    def usage(self) -> float:
+        """vLLM's ``kv_cache_usage``: 1 - free / (num_gpu_blocks - 1)."""
+        return 1.0 - self.num_free / (self.num_gpu_blocks - 1)

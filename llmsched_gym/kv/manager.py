@@ -1,0 +1,134 @@
+"""The scheduler/KV boundary (vLLM's ``KVCacheManager`` for one full-attention group).
+
+``allocate_slots`` returns None when blocks run out; the caller (a policy through the engine)
+decides whether to preempt. Token layout of one allocation, as in vLLM::
+
+    | < computed > | < new hit > | < new tokens > | < reserve > |
+                                 |<- computed this step ->|
+                   |<-------- blocks to allocate --------------->|
+"""
+
+from __future__ import annotations
+
+from llmsched_gym.core.request import Request
+from llmsched_gym.kv.block_pool import BlockPool
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative ints."""
+    return -(-a // b)
+
+
+class KVCacheManager:
+    """Allocates, caches and frees one instance's KV blocks for requests."""
+
+    def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool) -> None:
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(num_gpu_blocks, enable_caching)
+        # Prefix-cache statistics (vLLM's PrefixCacheStats), split by first admission and resume.
+        self.queries = 0
+        self.hits = 0
+        self.preempted_queries = 0
+        self.preempted_hits = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Free blocks, cached-but-unused ones included, the null block excluded."""
+        return self.pool.num_free
+
+    def get_computed_blocks(self, req: Request) -> tuple[list[int], int]:
+        """Longest run of cached full blocks from the start of ``req``'s sequence.
+
+        Capped so that the last token is always computed:
+        ``hit <= floor((num_tokens - 1) / block_size)`` blocks. No side effects.
+        """
+        if not self.enable_caching:
+            return [], 0
+        bs = self.block_size
+        pool_get = self.pool.get_cached_block
+        hit: list[int] = []
+        for i in range((req.num_tokens - 1) // bs):
+            b = pool_get(req.block_key(i, bs))
+            if b is None:
+                break
+            hit.append(b)
+        return hit, len(hit) * bs
+
+    def record_lookup(self, req: Request, num_hit_tokens: int) -> None:
+        """Count an admission's lookup in the prefix-cache stats (queries in tokens)."""
+        if not self.enable_caching:
+            return
+        if req.num_preemptions > 0:
+            self.preempted_queries += req.num_tokens
+            self.preempted_hits += num_hit_tokens
+        else:
+            self.queries += req.num_tokens
+            self.hits += num_hit_tokens
+
+    def blocks_to_admit(self, req: Request, hit_blocks: list[int]) -> int:
+        """Free blocks a waiting request needs to hold its whole current sequence.
+
+        vLLM 0.32's admission gate (``scheduler_reserve_full_isl``): blocks of the full sequence
+        minus hit blocks, plus hit blocks that sit in the free queue (touching takes them out).
+        """
+        need = cdiv(req.num_tokens, self.block_size) - len(hit_blocks) - len(req.blocks)
+        return max(need, 0) + self.pool.num_evictable(hit_blocks)
+
+    def allocate_slots(
+        self,
+        req: Request,
+        num_new_tokens: int,
+        hit_blocks: list[int] | None = None,
+        num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+    ) -> list[int] | None:
+        """Give ``req`` slots for ``num_new_tokens`` more tokens (plus lookahead), or None.
+
+        ``hit_blocks`` are prefix-hit blocks of a request being admitted. On success the hits are
+        touched, new blocks appended, and every block that is full after this step's tokens is
+        registered in the prefix cache. On failure nothing changes.
+        """
+        bs = self.block_size
+        pool = self.pool
+        hits = hit_blocks or []
+        num_local_computed = req.num_computed_tokens + len(hits) * bs
+        evictable = pool.num_evictable(hits) if hits else 0
+        have = len(req.blocks) + len(hits)
+        if full_sequence_must_fit:
+            need_full = max(cdiv(req.num_tokens, bs) - have, 0) + evictable
+            if need_full > pool.num_free:
+                return None
+        need_slots = num_local_computed + num_new_tokens + num_lookahead_tokens
+        need = max(cdiv(need_slots, bs) - have, 0) + evictable
+        if need > pool.num_free:
+            return None
+        if hits:
+            pool.touch(hits)
+            req.blocks.extend(hits)
+            req.num_cached_blocks = len(req.blocks)
+        num_alloc = cdiv(need_slots, bs) - len(req.blocks)
+        new_blocks = pool.get_new_blocks(num_alloc) if num_alloc > 0 else []
+        if new_blocks:
+            req.blocks.extend(new_blocks)
+        if self.enable_caching:
+            self.cache_blocks(req, min(num_local_computed + num_new_tokens, req.num_tokens))
+        return new_blocks
+
+    def cache_blocks(self, req: Request, num_tokens: int) -> None:
+        """Register every block that is full within the first ``num_tokens`` tokens."""
+        num_full = num_tokens // self.block_size
+        start = req.num_cached_blocks
+        if start >= num_full:
+            return
+        bs, blocks, cache = self.block_size, req.blocks, self.pool.cache_block
+        for i in range(start, num_full):
+            cache(blocks[i], req.block_key(i, bs))
+        req.num_cached_blocks = num_full
+
+    def free(self, req: Request) -> None:
+        """Release all of ``req``'s blocks, tail first (so a chain's tail is evicted first)."""
+        if req.blocks:
+            self.pool.free_blocks(reversed(req.blocks))
+            req.blocks = []
+        req.num_cached_blocks = 0

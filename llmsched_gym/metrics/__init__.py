@@ -1,0 +1,1 @@
+"""Metrics: record columns, request/step frames, summaries, comparison tables, plots."""

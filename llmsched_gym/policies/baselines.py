@@ -1,0 +1,136 @@
+"""The baselines the four reference papers compare against, on the same engine accounting.
+
+* ``vllm-v0``: what the papers call vLLM (vLLM 0.6-style): prefill-first, no chunked prefill,
+  no hybrid batches. A step admits waiting requests (whole remaining sequence within the token
+  budget, queue order, stop at the first that does not fit); if it admitted any, it is a
+  prefill-only step; otherwise every running request decodes one token, the newest running
+  request being preempted (by recompute) when blocks run out.
+* ``sarathi``: Sarathi-Serve: decode-first with chunked prefill and hybrid batches under a
+  token budget (``max_num_batched_tokens`` is the chunk size): running decodes first, then
+  running partial prefills, then new admissions, all in order; preempt the newest on shortage.
+* ``static-priority``: vLLM's scheduler under the priority queue with a static per-request key
+  (``priority``, ``shortest-prompt``, ``shortest-total`` = prompt + max_tokens, or the oracle
+  ``shortest-output``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmsched_gym.config import EngineConfig
+from llmsched_gym.core.engine import SchedulingPolicy, StepContext
+from llmsched_gym.core.request import Request
+from llmsched_gym.errors import ConfigError, PolicyError
+from llmsched_gym.policies.vllm_v1 import VllmV1Policy
+
+
+def _decode_or_preempt_newest(ctx: StepContext, req: Request, num_tokens: int) -> bool:
+    """Schedule ``req``; on block shortage preempt the newest running request and retry."""
+    running = ctx.running
+    while not ctx.schedule_running(req, num_tokens):
+        victim = running[-1]
+        ctx.preempt(victim)
+        if victim is req:
+            return False
+    return True
+
+
+class VllmV0Policy(SchedulingPolicy):
+    """Prefill-first, no chunking, no hybrid batches (the papers' "vLLM")."""
+
+    name = "vllm-v0"
+    fast_forward_safe = True
+    head_of_line = True
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Admit whole prefills if any fit; otherwise decode every running request."""
+        waiting, running = ctx.waiting, ctx.running
+        admitted = False
+        while waiting and len(running) < ctx.max_num_seqs:
+            req = waiting.peek()
+            hit = ctx.lookup(req)
+            n = req.num_tokens - hit[1]
+            if n > ctx.config.max_num_batched_tokens:
+                raise PolicyError(
+                    f"vllm-v0 cannot chunk prefills: request {req.request_id!r} needs {n} tokens "
+                    f"in one step but max_num_batched_tokens={ctx.config.max_num_batched_tokens}; "
+                    "raise max_num_batched_tokens or use a chunking scheduler (vllm-v1, sarathi)"
+                )
+            if n > ctx.token_budget or ctx.admit(req, n, hit=hit) is None:
+                break
+            admitted = True
+        if admitted:
+            return
+        for req in list(running):
+            if req not in running or ctx.token_budget == 0:
+                continue
+            _decode_or_preempt_newest(ctx, req, 1)
+
+
+class SarathiPolicy(SchedulingPolicy):
+    """Decode-first chunked prefill with hybrid batches (Sarathi-Serve)."""
+
+    name = "sarathi"
+    fast_forward_safe = True
+    head_of_line = True
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Decodes, then running prefill chunks, then new admissions, under the budget."""
+        running = ctx.running
+        decodes = [r for r in running if r.num_tokens - r.num_computed_tokens == 1]
+        for req in decodes:
+            if req in running and ctx.token_budget > 0:
+                _decode_or_preempt_newest(ctx, req, 1)
+        prefills = [r for r in running if r.num_tokens - r.num_computed_tokens > 1]
+        for req in prefills:
+            if ctx.token_budget == 0:
+                break
+            if req not in running:
+                continue
+            n = min(req.num_tokens - req.num_computed_tokens, ctx.token_budget)
+            if not _decode_or_preempt_newest(ctx, req, n):
+                break
+        if ctx.preempted:
+            return
+        waiting = ctx.waiting
+        while ctx.token_budget > 0 and waiting and len(running) < ctx.max_num_seqs:
+            req = waiting.peek()
+            if ctx.admit(req, hit=ctx.lookup(req)) is None:
+                break
+
+
+STATIC_KEYS: dict[str, tuple[Callable[[Request], tuple], bool]] = {
+    "priority": (lambda r: (r.priority, r.arrival_time, r.request_id), False),
+    "shortest-prompt": (lambda r: (r.num_prompt_tokens, r.arrival_time, r.request_id), False),
+    "shortest-total": (
+        lambda r: (r.num_prompt_tokens + r.max_tokens, r.arrival_time, r.request_id),
+        False,
+    ),
+    "shortest-output": (lambda r: (r._output_len, r.arrival_time, r.request_id), True),
+}
+
+
+class StaticPriorityPolicy(VllmV1Policy):
+    """vLLM V1 scheduling under a priority queue ordered by a static per-request key."""
+
+    name = "static-priority"
+
+    def __init__(self, key: str = "priority", preemption_rule: str = "0.32") -> None:
+        super().__init__(preemption_rule)
+        if key not in STATIC_KEYS:
+            raise ConfigError(f"static-priority key must be one of {sorted(STATIC_KEYS)}, got {key!r}")
+        self.key_name = key
+        self._key, self.oracle = STATIC_KEYS[key]
+        self.name = f"static-priority:{key}"
+
+    def priority_key(self, req: Request) -> tuple:
+        """The static key (lower first)."""
+        return self._key(req)
+
+    def victim_key(self, req: Request) -> tuple:
+        """The request served last under the key is preempted first."""
+        return self._key(req)
+
+    def queue_policy(self, config: EngineConfig) -> str:
+        """Always a priority queue."""
+        return "priority"

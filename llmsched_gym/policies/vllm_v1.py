@@ -1,0 +1,89 @@
+"""vLLM 0.32.0's synchronous V1 scheduler (``vllm/v1/core/sched/scheduler.py``, ``schedule``).
+
+There is no prefill or decode phase: each request's ``num_computed_tokens`` catches up with its
+``num_tokens`` under the token budget.
+
+* Phase (a), running requests in admission order: ``num_new = num_tokens - num_computed``,
+  capped by ``long_prefill_token_threshold`` (when > 0 and more than one request is running or
+  waiting) and by the budget. When blocks run out, preempt (FCFS: the last admitted; priority:
+  the max by (priority, arrival_time), first in running order on ties) and retry; a request that
+  preempts itself ends phase (a) — vLLM 0.32. With ``preemption_rule="0.33"`` the priority policy
+  instead goes on with the next running request (vLLM 0.33; FCFS still stops).
+* Phase (b), only if nothing was preempted: admit waiting requests in queue order while
+  ``len(running) < max_num_seqs`` and budget remains; stop at the first that cannot get blocks
+  (its whole current sequence must fit: ``scheduler_reserve_full_isl``).
+"""
+
+from __future__ import annotations
+
+from llmsched_gym.core.engine import SchedulingPolicy, StepContext
+from llmsched_gym.errors import ConfigError
+
+PREEMPTION_RULES = ("0.32", "0.33")
+
+
+class VllmV1Policy(SchedulingPolicy):
+    """The reference engine's scheduler; step-for-step equal to vLLM 0.32.0 (differential test)."""
+
+    name = "vllm-v1"
+    fast_forward_safe = True
+    head_of_line = True
+
+    def __init__(self, preemption_rule: str = "0.32") -> None:
+        if preemption_rule not in PREEMPTION_RULES:
+            raise ConfigError(
+                f"preemption_rule must be one of {PREEMPTION_RULES}, got {preemption_rule!r}"
+            )
+        self.preemption_rule = preemption_rule
+
+    def victim_key(self, req) -> tuple:
+        """Priority-policy preemption order: the max is preempted (vLLM: priority, arrival)."""
+        return (req.priority, req.arrival_time)
+
+    def schedule(self, ctx: StepContext) -> None:
+        """One ``Scheduler.schedule()`` call."""
+        config = ctx.config
+        priority = self.queue_policy(config) == "priority"
+        continue_after_self = priority and self.preemption_rule == "0.33"
+        threshold = config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        running = ctx.running
+        i = 0
+        while i < len(running) and ctx.token_budget > 0:
+            req = running[i]
+            n = req.num_tokens - req.num_computed_tokens
+            if 0 < threshold < n:
+                n = threshold
+            if n > ctx.token_budget:
+                n = ctx.token_budget
+            if n <= 0:
+                i += 1
+                continue
+            ok = True
+            while not ctx.schedule_running(req, n):
+                if priority:
+                    victim = max(running, key=self.victim_key)
+                    if running.index(victim) < i:
+                        i -= 1
+                else:
+                    victim = running[-1]
+                ctx.preempt(victim)
+                if victim is req:
+                    ok = False
+                    break
+            if not ok:
+                if continue_after_self:
+                    continue  # req left running; the next request now sits at index i
+                break
+            i += 1
+        if ctx.preempted:
+            return
+        waiting = ctx.waiting
+        while ctx.token_budget > 0 and waiting and len(running) < ctx.max_num_seqs:
+            req = waiting.peek()
+            hit = ctx.lookup(req)
+            n = req.num_tokens - hit[1]
+            if 0 < threshold < n:
+                n = threshold
+            if ctx.admit(req, n, hit=hit) is None:
+                break
+
