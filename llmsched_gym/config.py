@@ -86,6 +86,11 @@ class EngineConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> EngineConfig:
         """Read a JSON or YAML engine-config file (by suffix; JSON otherwise)."""
+        return cls.from_dict(cls.read_settings(path), source=str(path))
+
+    @classmethod
+    def read_settings(cls, path: str | Path) -> dict[str, Any]:
+        """The settings a JSON/YAML engine-config file sets, validated, without defaults added."""
         path = Path(path)
         try:
             text = path.read_text()
@@ -100,7 +105,9 @@ class EngineConfig:
                 data = json.loads(text)
         except Exception as exc:  # noqa: BLE001 - any parse error becomes a ConfigError
             raise ConfigError(f"engine config {path} is not valid JSON/YAML: {exc}") from None
-        return cls.from_dict(data or {}, source=str(path))
+        data = data or {}
+        cls.from_dict(data, source=str(path))  # validate
+        return data
 
     def replace(self, **changes: Any) -> EngineConfig:
         """Return a copy with some fields changed (validated like the constructor)."""

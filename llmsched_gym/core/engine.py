@@ -342,6 +342,20 @@ class Engine:
                 progress(len(self.finished) - last_done)
                 last_done = len(self.finished)
 
+    def step(self) -> bool:
+        """Execute exactly one engine step (no fast-forward); False when nothing is left to do.
+
+        Arrivals up to the clock join first; when idle, the clock jumps to the next arrival.
+        """
+        self._admit_arrivals()
+        while not self.running and not self.waiting:
+            if self._next_arrival >= len(self._pending):
+                return False
+            self.now = max(self.now, self._pending[self._next_arrival].arrival_time)
+            self._admit_arrivals()
+        self._step()
+        return True
+
     def _step(self) -> bool:
         ctx = self.ctx
         ctx._begin(self.now, self.num_steps)
@@ -510,6 +524,8 @@ class Engine:
             # produced a token in the previous step; later gaps are the shared step durations.
             if req.last_token_time == now:
                 n_same_first += 1
+            elif req.last_token_time is None:  # the stretch's first step samples its first token
+                req.first_token_time = first_end
             else:
                 self.itl_values.append(first_end - req.last_token_time)
                 self.itl_weights.append(1)

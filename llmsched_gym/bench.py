@@ -1,0 +1,88 @@
+"""``llmsched-gym bench``: simulator speed on fixed workloads, fast-forward on and off.
+
+Figures are simulated requests and engine steps per wall-second of the engine loop, plus the
+whole-process wall time of the reference run (Azure 2023 conversations on one Llama-2-70B TP2
+A100 instance at the trace's own timestamps, records written). Ratios compare runs made in the
+same invocation, so they hold on a noisy shared machine; absolute times do not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from llmsched_gym.core.request import RequestSpec
+
+REFERENCE_PROFILE = "vidur:llama-2-70b@a100-80gb/tp2"
+DECODE_PROFILE = "roofline:llama-2-7b@a100-80gb"
+
+
+def decode_heavy_trace(num_requests: int = 600, seed: int = 0) -> list[RequestSpec]:
+    """Short prompts, long outputs, Poisson arrivals at 2 req/s: long steady decode stretches."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(0.5, num_requests))
+    prompts = rng.integers(32, 513, num_requests)
+    outputs = rng.integers(256, 2049, num_requests)
+    return [
+        RequestSpec(f"decode-{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i]), int(outputs[i]))
+        for i in range(num_requests)
+    ]
+
+
+def _run(specs, profile: str, fast_forward: bool) -> tuple[float, int, int]:
+    from llmsched_gym.simulation import simulate
+
+    res = simulate(specs, None, "vllm-v1", profile, fast_forward=fast_forward)
+    return res.wall_s, res.num_steps, len(res.requests)
+
+
+def _whole_process(trace: str, profile: str) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable, "-m", "llmsched_gym", "simulate", "--trace", trace,
+            "--cost-model", profile, "--out", tmp, "--no-progress",
+        ]  # fmt: skip
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t0
+        if not (Path(tmp) / "requests.csv").exists():  # pragma: no cover - run failed loudly above
+            raise RuntimeError("simulate wrote no records")
+    return wall
+
+
+def run_bench(quick: bool = False) -> dict[str, float]:
+    """Run the fixed workloads and print a table; returns the figures by name."""
+    from llmsched_gym.workloads.trace import load_trace
+
+    figures: dict[str, float] = {}
+    limit = 2000 if quick else None
+    workloads = [
+        ("splitwise-conv (Azure conv 2023) on Llama-2-70B TP2 A100", load_trace("splitwise-conv", limit=limit), REFERENCE_PROFILE),
+        ("decode-heavy (600 req, outputs 256-2048) on Llama-2-7B A100", decode_heavy_trace(150 if quick else 600), DECODE_PROFILE),
+    ]  # fmt: skip
+    print(f"{'workload':<62} {'ff':>4} {'wall s':>8} {'req/s':>10} {'steps/s':>10} {'steps':>8}")
+    for label, specs, profile in workloads:
+        per = {}
+        for ff in (True, False):
+            wall, steps, nreq = _run(specs, profile, ff)
+            per[ff] = (wall, steps)
+            print(f"{label:<62} {'on' if ff else 'off':>4} {wall:>8.3f} {nreq / wall:>10.0f} {steps / wall:>10.0f} {steps:>8}")
+        ratio = (per[True][1] / per[True][0]) / (per[False][1] / per[False][0])
+        print(f"{'':<62} fast-forward step-rate gain: {ratio:.2f}x")
+        key = label.split(" ")[0]
+        figures[f"{key}.wall_ff_on_s"] = per[True][0]
+        figures[f"{key}.wall_ff_off_s"] = per[False][0]
+        figures[f"{key}.ff_gain"] = ratio
+    if not quick:
+        whole = _whole_process("splitwise-conv", REFERENCE_PROFILE)
+        figures["splitwise-conv.whole_process_s"] = whole
+        print(
+            f"whole process: llmsched-gym simulate --trace splitwise-conv --cost-model "
+            f"{REFERENCE_PROFILE} --out DIR  ->  {whole:.2f} s wall (target <= 2 s; Vidur: 48 s)"
+        )
+    return figures

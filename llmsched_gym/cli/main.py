@@ -1,0 +1,305 @@
+"""``llmsched-gym``: simulate, compare schedulers, benchmark the simulator, list what ships.
+
+Every engine option uses vLLM's name and meaning; ``--help`` on each command explains them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from llmsched_gym.config import EngineConfig
+from llmsched_gym.errors import LLMSchedError
+
+DEFAULT_COST_MODEL = "vidur:llama-2-70b@a100-80gb/tp2"
+DEFAULT_TRACE = "splitwise-conv"
+DEFAULT_SCHEDULERS = ("vllm-v1", "vllm-v0", "sarathi", "static-priority:shortest-prompt")
+
+ENGINE_HELP = {
+    "max_num_batched_tokens": "token budget of one engine step: prompt, chunk and decode tokens "
+    "computed in one batch (vLLM --max-num-batched-tokens; default 8192)",
+    "max_num_seqs": "most requests in the running queue at once (vLLM --max-num-seqs; default 256)",
+    "block_size": "tokens per KV-cache block (vLLM --block-size; default 16)",
+    "num_gpu_blocks": "KV-cache blocks including vLLM's reserved null block 0; default: derived "
+    "from the cost profile's GPU memory, weights and gpu_memory_utilization=0.9 as vLLM does, "
+    "else 8192",
+    "enable_prefix_caching": "reuse full KV blocks across requests by chain hash with an LRU free "
+    "queue (vLLM --enable-prefix-caching / --no-enable-prefix-caching; default on)",
+    "scheduling_policy": "waiting-queue order: fcfs (preempted requests return to the head) or "
+    "priority (lower 'priority' first, then arrival; vLLM --scheduling-policy; default fcfs)",
+    "long_prefill_token_threshold": "cap on one request's new tokens per step when more than one "
+    "request is running or waiting; 0 disables (vLLM --long-prefill-token-threshold)",
+}
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine (vLLM names; flags override --engine-config)")
+    g.add_argument(
+        "--engine-config",
+        metavar="FILE",
+        help="JSON or YAML file with exactly these keys: " + ", ".join(EngineConfig.keys()),
+    )
+    for key in EngineConfig.keys():
+        flag = "--" + key.replace("_", "-")
+        if key == "enable_prefix_caching":
+            g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=ENGINE_HELP[key])
+        elif key == "scheduling_policy":
+            g.add_argument(flag, choices=("fcfs", "priority"), default=None, help=ENGINE_HELP[key])
+        else:
+            g.add_argument(flag, type=int, default=None, metavar="N", help=ENGINE_HELP[key])
+
+
+def _engine_settings(args: argparse.Namespace) -> dict:
+    """Settings from --engine-config, overridden by explicit flags (unset keys stay unset)."""
+    data = EngineConfig.read_settings(args.engine_config) if args.engine_config else {}
+    data.update({k: getattr(args, k) for k in EngineConfig.keys() if getattr(args, k) is not None})
+    EngineConfig.from_dict(data, source="engine settings")
+    return data
+
+
+def _add_run_args(p: argparse.ArgumentParser, cost_default: str) -> None:
+    p.add_argument(
+        "--trace",
+        default=DEFAULT_TRACE,
+        metavar="FILE|NAME",
+        help="a trace-contract JSONL file, or a shipped real trace by name (see 'llmsched-gym "
+        f"list traces'); default {DEFAULT_TRACE} (Azure 2023 conversations, 19,366 requests)",
+    )
+    p.add_argument(
+        "--cost-model",
+        default=cost_default,
+        metavar="PROFILE",
+        help="step-time model: a profile name (see 'llmsched-gym list profiles'), "
+        "roofline:<model>@<gpu>[/tp<N>], a profile YAML path, or constant:SECONDS (every step "
+        f"costs SECONDS; for tests and oracles); default {cost_default}",
+    )
+    p.add_argument("--num-requests", type=int, default=None, metavar="N", help="use only the first N requests of the trace")
+    p.add_argument(
+        "--no-fast-forward",
+        dest="fast_forward",
+        action="store_false",
+        help="step every iteration one by one (results are identical; slower)",
+    )
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    _add_engine_args(p)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from llmsched_gym.metrics.io import write_frame
+    from llmsched_gym.simulation import simulate
+
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    result = simulate(
+        args.trace,
+        _engine_settings(args),
+        args.scheduler,
+        args.cost_model,
+        fast_forward=args.fast_forward,
+        schedule_log=args.schedule_log,
+        record_steps=args.record_steps,
+        limit=args.num_requests,
+        progress=args.progress and sys.stderr.isatty(),
+    )
+    if out is not None:
+        suffix = ".parquet" if args.format == "parquet" else ".csv"
+        write_frame(result.requests, out / f"requests{suffix}")
+        if result.steps is not None:
+            write_frame(result.steps, out / f"steps{suffix}")
+        from llmsched_gym.metrics._atomic import atomic_output
+
+        with atomic_output(out / "summary.json") as tmp:
+            payload = {
+                "scheduler": result.scheduler,
+                "cost_model": result.cost_model,
+                "engine_config": result.config.to_dict(),
+                "summary": {k: _jsonable(v) for k, v in result.summary.items()},
+            }
+            tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    _print_summary(result)
+    return 0
+
+
+def _jsonable(v):
+    try:
+        import numpy as np
+
+        if isinstance(v, np.generic):
+            v = v.item()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(v, float) and v != v:
+        return None
+    return v
+
+
+def _print_summary(result) -> None:
+    s = result.summary
+    cfg = result.config
+    print(
+        f"{result.scheduler} | {result.cost_model} | {len(result.requests)} requests | "
+        f"{result.num_steps} steps ({result.num_fast_forward_steps} fast-forwarded) | "
+        f"{result.wall_s:.2f} s wall | num_gpu_blocks={cfg.num_gpu_blocks}"
+    )
+    keys = [k for k in _SUMMARY_KEYS if k in s]
+    width = max(len(k) for k in keys)
+    for k in keys:
+        v = s[k]
+        print(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+
+
+_SUMMARY_KEYS = (
+    "num_requests",
+    "duration_s",
+    "request_throughput",
+    "output_token_throughput",
+    "ttft_s_mean",
+    "ttft_s_p50",
+    "ttft_s_p99",
+    "tpot_s_mean",
+    "tpot_s_p99",
+    "itl_s_p99",
+    "e2e_s_mean",
+    "e2e_s_p99",
+    "goodput",
+    "num_preemptions",
+    "prefix_cache_hit_rate",
+    "kv_cache_usage_mean",
+)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from llmsched_gym.metrics.io import write_frame
+    from llmsched_gym.metrics.plots import plot_comparison
+    from llmsched_gym.metrics.summary import compare
+    from llmsched_gym.simulation import simulate
+    from llmsched_gym.workloads.trace import load_trace
+
+    specs = load_trace(args.trace, limit=args.num_requests)
+    settings = _engine_settings(args)
+    results = {}
+    for name in args.schedulers.split(","):
+        res = simulate(
+            specs,
+            settings,
+            name.strip(),
+            args.cost_model,
+            fast_forward=args.fast_forward,
+            progress=args.progress and sys.stderr.isatty(),
+        )
+        print(f"  {res.scheduler}: {res.num_steps} steps in {res.wall_s:.2f} s wall", file=sys.stderr)
+        results[res.scheduler] = res
+    table = compare({k: r.summary for k, r in results.items()})
+    import pandas as pd
+
+    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
+        print(
+            f"trace {args.trace} ({len(specs)} requests), cost model {args.cost_model}, "
+            f"num_gpu_blocks={next(iter(results.values())).config.num_gpu_blocks}"
+        )
+        print(table.to_string())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_frame(table.reset_index(), out / "comparison.csv")
+    plot_comparison({k: r.requests for k, r in results.items()}, out / "comparison.png")
+    print(f"wrote {out / 'comparison.csv'} and {out / 'comparison.png'}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from llmsched_gym.bench import run_bench
+
+    run_bench(quick=args.quick)
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.what in ("schedulers", "all"):
+        from llmsched_gym.policies.registry import list_policies
+
+        print("schedulers:")
+        for k, v in list_policies().items():
+            print(f"  {k:<34} {v}")
+    if args.what in ("traces", "all"):
+        from llmsched_gym.workloads.catalog import list_traces
+
+        print("traces:")
+        for k, v in list_traces().items():
+            print(f"  {k:<24} {v}")
+    if args.what in ("profiles", "all"):
+        from llmsched_gym.cost.registry import list_profiles
+
+        print("cost profiles:")
+        for k in list_profiles():
+            print(f"  {k}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser."""
+    from llmsched_gym.policies.registry import list_policies
+
+    parser = argparse.ArgumentParser(
+        prog="llmsched-gym",
+        description="A vLLM-exact discrete-event simulator and gym for LLM-serving scheduling.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sched_help = "local scheduler: " + "; ".join(f"{k} ({v})" for k, v in list_policies().items())
+
+    p = sub.add_parser(
+        "simulate",
+        help="simulate one trace under one scheduler and print its summary",
+        description="Simulate a trace on one engine instance. The schedule log has one JSON line "
+        "per engine step (step, time, scheduled, new, resumed, preempted, finished, "
+        "num_free_blocks, num_running, num_waiting).",
+    )
+    _add_run_args(p, DEFAULT_COST_MODEL)
+    p.add_argument("--scheduler", default="vllm-v1", metavar="NAME", help=sched_help)
+    p.add_argument("--schedule-log", metavar="FILE", help="write the per-step schedule log (JSONL) here")
+    p.add_argument("--out", metavar="DIR", help="write requests.csv, summary.json (and steps.csv) here")
+    p.add_argument("--record-steps", action="store_true", help="also record per-step rows (KV usage over time)")
+    p.add_argument("--format", choices=("csv", "parquet"), default="csv", help="record file format")
+    p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser(
+        "compare",
+        help="simulate one trace under several schedulers; print a table and write a plot",
+        description="The main job: run the built-in schedulers on a real shipped trace, print a "
+        "comparison table, and write comparison.csv and comparison.png.",
+    )
+    _add_run_args(p, DEFAULT_COST_MODEL)
+    p.add_argument("--schedulers", default=",".join(DEFAULT_SCHEDULERS), metavar="A,B,...", help=sched_help)
+    p.add_argument("--out", default="out/compare", metavar="DIR", help="output folder (default out/compare)")
+    p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser(
+        "bench",
+        help="simulator speed on fixed workloads, fast-forward on and off",
+        description="Prints simulated requests and steps per wall-second on fixed workloads, with "
+        "fast-forward on and off and their ratio (figures go into BENCHMARKS.md).",
+    )
+    p.add_argument("--quick", action="store_true", help="smaller workloads (a smoke test)")
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
+    p.add_argument("what", nargs="?", default="all", choices=("all", "traces", "schedulers", "profiles"))
+    p.set_defaults(func=_cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``llmsched-gym`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (LLMSchedError, FileNotFoundError) as exc:
+        print(f"llmsched-gym {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Tiny-engine scenarios asserting exact block ids and eviction order (vLLM's test_prefill style)."""
+
+from __future__ import annotations
+
+from conftest import spec, tiny_engine
+
+from llmsched_gym.kv.block_pool import BlockPool
+
+SHARED = list(range(1, 13))  # 12 tokens = 3 full blocks of 4
+
+
+def test_block_pool_starts_in_id_order_with_null_block_reserved():
+    pool = BlockPool(10, enable_caching=True)
+    assert pool.null_block == 0
+    assert pool.free_queue() == list(range(1, 10))
+    assert pool.num_free == 9
+
+
+def test_freed_blocks_unhashed_to_front_hashed_to_back_tail_first():
+    pool = BlockPool(8, enable_caching=True)
+    blocks = pool.get_new_blocks(4)
+    assert blocks == [1, 2, 3, 4]
+    for i, b in enumerate(blocks[:3]):
+        pool.cache_block(b, ("k", i))
+    pool.free_blocks(reversed(blocks))
+    # 4 has no hash -> front; 3, 2, 1 hashed -> back, chain tail first.
+    assert pool.free_queue() == [4, 5, 6, 7, 3, 2, 1]
+    # Taking a hashed block evicts its hash (lazy eviction).
+    assert pool.get_new_blocks(5) == [4, 5, 6, 7, 3]
+    assert pool.get_cached_block(("k", 2)) is None
+    assert pool.get_cached_block(("k", 1)) == 2
+
+
+def test_prefix_hits_exact_blocks_and_lru_eviction_order():
+    eng, _ = tiny_engine(num_gpu_blocks=10)
+    eng.add_requests([spec("A", SHARED + [50, 51]), spec("B", SHARED + [60, 61, 62])])
+    eng.step()
+    a, b = sorted(eng.finished, key=lambda r: r.seq)
+    # Both were admitted in the same step: B hits A's three full blocks, registered at schedule
+    # time although they were still being computed.
+    assert (a.num_cached_tokens, b.num_cached_tokens) == (0, 12)
+    # A held [1, 2, 3, 4]; B [1, 2, 3, 5]. A frees tail first: 4 (unhashed) to the front;
+    # B then frees 5 to the front and the hashed chain 3, 2, 1 to the back.
+    assert eng.kv.pool.free_queue() == [5, 4, 6, 7, 8, 9, 3, 2, 1]
+    # C hits the cached chain (touching removes it from the free queue) and takes block 5.
+    eng.add_requests([spec("C", SHARED + [70], arrival=eng.now)])
+    eng.step()
+    c = eng.finished[-1]
+    assert c.num_cached_tokens == 12
+    assert eng.kv.pool.free_queue() == [5, 4, 6, 7, 8, 9, 3, 2, 1]  # C freed the same way
+    # D (24-token length-only prompt: unique content) takes 5, 4, 6, 7, 8, 9; its six full
+    # blocks are hashed at schedule time, so they return to the back, tail first.
+    eng.add_requests([spec("D", 24, arrival=eng.now)])
+    eng.step()
+    assert eng.finished[-1].request_id == "D"
+    assert eng.kv.pool.free_queue() == [3, 2, 1, 9, 8, 7, 6, 4, 5]
+    # E takes the two least recently used blocks: the shared chain's tail (3) before its
+    # middle (2); the head (1) survives, so F hits one block only.
+    eng.add_requests([spec("E", 8, arrival=eng.now)])
+    eng.step()
+    assert eng.kv.pool.get_cached_block(eng.finished[-1].block_key(0, 4)) is not None
+    eng.add_requests([spec("F", SHARED + [80], arrival=eng.now)])
+    eng.step()
+    assert eng.finished[-1].num_cached_tokens == 4
+
+
+def test_hit_capped_to_recompute_last_token():
+    eng, _ = tiny_engine()
+    eng.add_requests([spec("A", SHARED, output_len=1)])
+    eng.step()
+    eng.add_requests([spec("B", SHARED, output_len=1, arrival=eng.now)])
+    eng.step()
+    # 12 tokens fully cached, but the last token must be computed: hit = floor(11/4) blocks.
+    assert eng.finished[-1].num_cached_tokens == 8
