@@ -1,0 +1,193 @@
+"""Random traces and engine configs for the differential test against vLLM's scheduler.
+
+``generate(seed)`` returns a small trace and an engine config chosen so that, over a few dozen
+seeds, vLLM's scheduler goes through every path the simulator must reproduce: chunked prefill,
+preemption under both policies (including a request preempting itself), resumed requests that
+hit the prefix cache, prefix hits across requests admitted in the same step,
+``long_prefill_token_threshold`` capping, ``max_num_seqs`` and token-budget limits, and
+head-of-line blocking of the waiting queue.
+
+Only ``random.Random(seed)`` is used, so a seed always gives the same files. Arrival times are
+multiples of 1/8 s, which binary floating point represents exactly: clocks that add 1.0 s per
+step then compare with arrivals exactly, whatever order the additions happen in.
+
+Command line::
+
+    # writes D/trace.jsonl and D/engine_config.json
+    python tests/differential/gen_traces.py --seed 7 --out-dir D
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+VOCAB_SIZE = 5000
+"""Prompt token ids are drawn from 1..VOCAB_SIZE; generated tokens lie far above."""
+
+BLOCK_SIZES = (4, 8, 16)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _arrival_times(rng: random.Random, n: int) -> list[float]:
+    """Non-decreasing arrival times with ties and bursts, some at 0, in multiples of 1/8 s."""
+    times: list[float] = []
+    t = 0.0
+    num_at_zero = rng.randint(1, max(1, n // 4))
+    burst_left = 0
+    for i in range(n):
+        if i < num_at_zero:
+            times.append(0.0)
+            continue
+        if burst_left > 0:
+            burst_left -= 1
+            if rng.random() < 0.6:
+                times.append(t)  # a tie inside the burst
+                continue
+            t += rng.choice((0.125, 0.25, 0.5))
+        else:
+            kind = rng.random()
+            if kind < 0.15:
+                burst_left = rng.randint(2, 8)
+            if kind < 0.35:
+                t += rng.choice((0.0, 0.125, 0.25, 0.375, 0.5, 0.75))
+            elif kind < 0.8:
+                t += rng.choice((1.0, 1.0, 2.0, 3.0, 1.5, 2.5))
+            else:
+                t += float(rng.randint(4, 25))  # an idle gap: the clock jumps
+        times.append(t)
+    return times
+
+
+def _prompts(rng: random.Random, n: int, block_size: int) -> list[list[int]]:
+    """Prompts made of a few shared prefixes (whole or cut anywhere) and random suffixes."""
+
+    def tokens(k: int) -> list[int]:
+        return [rng.randint(1, VOCAB_SIZE) for _ in range(k)]
+
+    prefixes = [tokens(rng.randint(block_size, 6 * block_size)) for _ in range(rng.randint(1, 4))]
+    prompts: list[list[int]] = []
+    for _ in range(n):
+        roll = rng.random()
+        if prompts and roll < 0.08:
+            prompts.append(list(rng.choice(prompts)))  # identical prompt: hit capped at len - 1
+            continue
+        if roll < 0.75:
+            prefix = rng.choice(prefixes)
+            if rng.random() < 0.3:
+                prefix = prefix[: rng.randint(1, len(prefix))]  # a partial last block
+            suffix = tokens(rng.choice((0, rng.randint(1, 8), rng.randint(1, 48))))
+            prompt = prefix + suffix
+        else:
+            prompt = tokens(rng.randint(1, 96))
+        prompts.append(prompt or tokens(1))
+    return prompts
+
+
+def generate(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Build one random trace and its engine config.
+
+    Args:
+        seed: Any int; the same seed always gives the same result.
+
+    Returns:
+        ``(rows, engine_config)``: trace rows in the trace contract (``request_id``,
+        ``arrival_time``, ``prompt_token_ids``, ``output_len``, ``priority``), non-decreasing in
+        ``arrival_time``, and an engine config with exactly the contract's keys. Every request
+        fits the KV cache on its own: ``cdiv(prompt_len + output_len, block_size) <=
+        num_gpu_blocks - 1`` (block 0 is vLLM's null block).
+    """
+    rng = random.Random(seed)
+    # Policy and prefix caching follow the seed so that both values of each occur in every
+    # run of consecutive seeds, and independently of each other.
+    scheduling_policy = ("fcfs", "priority")[seed % 2]
+    enable_prefix_caching = (seed // 2) % 3 != 2
+    block_size = rng.choice(BLOCK_SIZES)
+    num_requests = rng.randint(10, 60)
+
+    prompts = _prompts(rng, num_requests, block_size)
+    output_lens = [rng.randint(1, 40) for _ in range(num_requests)]
+    arrivals = _arrival_times(rng, num_requests)
+    num_priorities = rng.choice((1, 2, 3, 4))
+    # Ids are not zero-padded: vLLM breaks (priority, arrival_time) ties by comparing ids as
+    # strings, so "req-10" goes before "req-9".
+    rows = [
+        {
+            "request_id": f"req-{i}",
+            "arrival_time": arrivals[i],
+            "prompt_token_ids": prompts[i],
+            "output_len": output_lens[i],
+            "priority": rng.randrange(num_priorities),
+        }
+        for i in range(num_requests)
+    ]
+
+    max_model_len = max(len(p) + o for p, o in zip(prompts, output_lens, strict=True))
+    max_request_blocks = _cdiv(max_model_len, block_size)
+    # Tight caches preempt often; the roomiest still preempts now and then under bursts.
+    slack = rng.choice(
+        (0, 1, 2, max_request_blocks // 2, max_request_blocks, 3 * max_request_blocks)
+    )
+    num_gpu_blocks = max_request_blocks + 1 + slack
+
+    max_num_seqs = rng.randint(2, 16)
+    max_num_batched_tokens = rng.choice(
+        (rng.randint(16, 48), rng.randint(16, 96), rng.randint(32, 256))
+    )
+    max_num_batched_tokens = max(max_num_batched_tokens, max_num_seqs)  # vLLM requires it
+    long_prefill_token_threshold = 0
+    if rng.random() < 0.5:
+        long_prefill_token_threshold = min(rng.randint(1, 64), max_model_len)
+
+    engine_config = {
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_num_seqs": max_num_seqs,
+        "block_size": block_size,
+        "num_gpu_blocks": num_gpu_blocks,
+        "enable_prefix_caching": enable_prefix_caching,
+        "scheduling_policy": scheduling_policy,
+        "long_prefill_token_threshold": long_prefill_token_threshold,
+    }
+    return rows, engine_config
+
+
+def write(seed: int, out_dir: Path) -> tuple[Path, Path]:
+    """Generate seed ``seed`` into ``out_dir``.
+
+    Args:
+        seed: The seed.
+        out_dir: Created if missing.
+
+    Returns:
+        Paths of ``trace.jsonl`` and ``engine_config.json``.
+    """
+    rows, engine_config = generate(seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trace_path = out_dir / "trace.jsonl"
+    config_path = out_dir / "engine_config.json"
+    trace_path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    config_path.write_text(json.dumps(engine_config, indent=2) + "\n", encoding="utf-8")
+    return trace_path, config_path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the process exit status."""
+    parser = argparse.ArgumentParser(description="Write a random trace and engine config.")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    trace_path, config_path = write(args.seed, args.out_dir)
+    print(f"{trace_path}\n{config_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

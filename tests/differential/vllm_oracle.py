@@ -1,0 +1,773 @@
+"""Drive vLLM 0.32.0's own scheduler over a trace and write a schedule log.
+
+This is the oracle of the differential test (``tests/differential/test_vs_vllm.py``): it runs
+vLLM's synchronous ``Scheduler`` (one full-attention KV cache group, no model, no GPU) the way
+``EngineCore.step`` does, and records every ``schedule()`` call in the schedule-log format of the
+simulator (see ``DESIGN.md``, "Contracts"). It needs only the standard library and vLLM, never
+``llmsched_gym``, so that nothing of the simulator can leak into the reference behaviour.
+
+Usage (with the virtualenv made by ``.ci/setup_vllm_venv.sh``)::
+
+    .venv-vllm/bin/python tests/differential/vllm_oracle.py --trace T.jsonl \\
+        --engine-config C.json --schedule-log L.jsonl [--step-time 1.0] [--max-steps N] \\
+        [--summary S.json]
+
+    .venv-vllm/bin/python tests/differential/vllm_oracle.py --batch MANIFEST.jsonl
+
+``--batch`` runs many traces in one process (vLLM takes seconds to import): each manifest line
+is a JSON object with ``trace``, ``engine_config``, ``schedule_log`` and optional ``summary``
+paths. A summary (steps, preemptions, resumed admissions, prefix-hit tokens) is printed as one
+JSON line on stderr per trace, and written to ``--summary`` / ``summary`` when given.
+
+The engine loop, one iteration per engine step:
+
+1. every not-yet-added request with ``arrival_time <= clock`` joins, in trace order;
+2. if nothing is running or waiting, the clock jumps to the next arrival (or the run ends);
+3. ``schedule()``; one log line;
+4. a ``ModelRunnerOutput`` samples one token for each scheduled request whose
+   ``num_computed_tokens`` reached ``num_tokens`` (partial prefill chunks sample nothing); the
+   token id is ``1_000_000 + index of the request in the trace``, so generated tokens never
+   match a prompt token or another request's tokens;
+5. ``update_from_output()``; ``clock += step_time``.
+
+Requests are submitted with ``SamplingParams(max_tokens=min(output_len, max_tokens),
+ignore_eos=True)``, so each generates exactly that many tokens. ``max_model_len`` is the longest
+``prompt_len + max_tokens`` of the trace, so the ``max_model_len`` cap never binds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Fixed before vLLM is imported: a CPU-only, offline, single-threaded scheduler. The V1 model
+# runner is forced because under the V2 model runner (the default where Triton is installed)
+# vLLM reports resumed requests inside ``scheduled_new_reqs`` instead of in
+# ``scheduled_cached_reqs.resumed_req_ids``; scheduling decisions are the same either way.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher,
+    init_none_hash,
+)
+from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+VLLM_VERSION = "0.32.0"
+"""The vLLM release whose scheduler this oracle reproduces; any other version is refused."""
+
+GENERATED_TOKEN_BASE = 1_000_000
+"""Generated token ids are ``GENERATED_TOKEN_BASE + trace index``: unique to their request."""
+
+ENGINE_CONFIG_KEYS = frozenset(
+    {
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "block_size",
+        "num_gpu_blocks",
+        "enable_prefix_caching",
+        "scheduling_policy",
+        "long_prefill_token_threshold",
+    }
+)
+TRACE_REQUIRED_KEYS = frozenset({"request_id", "arrival_time", "prompt_token_ids", "output_len"})
+TRACE_OPTIONAL_KEYS = frozenset(
+    {
+        "max_tokens",
+        "priority",
+        # Accepted (the trace contract allows them) but irrelevant to vLLM's scheduler.
+        "weight",
+        "slo_ttft_s",
+        "slo_tpot_s",
+        "deadline_s",
+        "job_id",
+        "stage",
+        "client_id",
+    }
+)
+
+
+class OracleError(Exception):
+    """A bad input file, or vLLM behaving outside what the oracle can record."""
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One trace line, validated.
+
+    Attributes:
+        index: 0-based position in the trace; names the request's generated token id.
+        request_id: Unique id, used verbatim as vLLM's request id (ties in the priority
+            queue are broken by comparing these strings).
+        arrival_time_s: When the request arrives, in seconds.
+        prompt_token_ids: The prompt.
+        max_tokens: Tokens the request generates: ``min(output_len, max_tokens)``.
+        priority: Lower is served first under the priority policy.
+    """
+
+    index: int
+    request_id: str
+    arrival_time_s: float
+    prompt_token_ids: list[int]
+    max_tokens: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The engine-config file, validated; key names are vLLM's."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    num_gpu_blocks: int
+    enable_prefix_caching: bool
+    scheduling_policy: str
+    long_prefill_token_threshold: int
+
+
+@dataclass
+class RunSummary:
+    """Totals of one oracle run.
+
+    Attributes:
+        requests: Requests in the trace.
+        steps: ``schedule()`` calls (log lines).
+        empty_steps: Steps that scheduled no token.
+        preemptions: Preemptions (a request preempted twice counts twice).
+        new_admissions: First admissions (equals ``requests``).
+        resumed_admissions: Re-admissions of preempted requests.
+        prefix_hit_tokens: Prefix-cache hit tokens over all admissions.
+        resumed_prefix_hit_tokens: The part of ``prefix_hit_tokens`` from resumed admissions.
+        scheduled_tokens: Tokens scheduled over all steps.
+        max_model_len: The ``max_model_len`` the scheduler ran with.
+        final_time_s: The clock after the last step.
+        wall_time_s: Wall-clock seconds of the run, vLLM import excluded.
+        vllm_version: ``vllm.__version__``.
+    """
+
+    requests: int = 0
+    steps: int = 0
+    empty_steps: int = 0
+    preemptions: int = 0
+    new_admissions: int = 0
+    resumed_admissions: int = 0
+    prefix_hit_tokens: int = 0
+    resumed_prefix_hit_tokens: int = 0
+    scheduled_tokens: int = 0
+    max_model_len: int = 0
+    final_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    vllm_version: str = field(default_factory=lambda: str(vllm.__version__))
+
+
+def load_trace(path: Path) -> list[TraceRequest]:
+    """Read and validate a JSONL trace.
+
+    Args:
+        path: The trace file, one JSON object per line (blank lines are skipped).
+
+    Returns:
+        The requests in file order.
+
+    Raises:
+        OracleError: On a malformed line, naming the line and the field.
+    """
+    requests: list[TraceRequest] = []
+    seen_ids: set[str] = set()
+    with path.open(encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise OracleError(f"{where}: not JSON ({exc})") from exc
+            if not isinstance(row, dict):
+                raise OracleError(f"{where}: expected a JSON object")
+            missing = TRACE_REQUIRED_KEYS - row.keys()
+            if missing:
+                raise OracleError(f"{where}: missing field(s) {sorted(missing)}")
+            unknown = row.keys() - TRACE_REQUIRED_KEYS - TRACE_OPTIONAL_KEYS
+            if unknown:
+                raise OracleError(
+                    f"{where}: unsupported field(s) {sorted(unknown)} (the oracle needs "
+                    "prompt_token_ids, not prompt_len / block_hashes)"
+                )
+            request_id = row["request_id"]
+            if not isinstance(request_id, str) or not request_id:
+                raise OracleError(f"{where}: request_id must be a non-empty string")
+            if request_id in seen_ids:
+                raise OracleError(f"{where}: duplicate request_id {request_id!r}")
+            seen_ids.add(request_id)
+            arrival = row["arrival_time"]
+            if isinstance(arrival, bool) or not isinstance(arrival, int | float):
+                raise OracleError(f"{where}: arrival_time must be a number")
+            if not math.isfinite(arrival) or arrival < 0:
+                raise OracleError(f"{where}: arrival_time must be finite and >= 0")
+            prompt = row["prompt_token_ids"]
+            if (
+                not isinstance(prompt, list)
+                or not prompt
+                or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+            ):
+                raise OracleError(f"{where}: prompt_token_ids must be a non-empty list of int")
+            if any(t < 0 or t >= GENERATED_TOKEN_BASE for t in prompt):
+                raise OracleError(
+                    f"{where}: prompt_token_ids must lie in [0, {GENERATED_TOKEN_BASE})"
+                )
+            output_len = _positive_int(row["output_len"], where, "output_len")
+            max_tokens = output_len
+            if "max_tokens" in row:
+                max_tokens = min(output_len, _positive_int(row["max_tokens"], where, "max_tokens"))
+            priority = row.get("priority", 0)
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise OracleError(f"{where}: priority must be an int")
+            requests.append(
+                TraceRequest(
+                    index=len(requests),
+                    request_id=request_id,
+                    arrival_time_s=float(arrival),
+                    prompt_token_ids=list(prompt),
+                    max_tokens=max_tokens,
+                    priority=priority,
+                )
+            )
+    if not requests:
+        raise OracleError(f"{path}: the trace has no requests")
+    return requests
+
+
+def _positive_int(value: Any, where: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OracleError(f"{where}: {name} must be an int >= 1")
+    return value
+
+
+def load_engine_settings(path: Path) -> EngineSettings:
+    """Read and validate an engine-config JSON file (exactly the contract's keys).
+
+    Args:
+        path: The JSON file.
+
+    Returns:
+        The settings.
+
+    Raises:
+        OracleError: On a missing, unknown or ill-typed key.
+    """
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise OracleError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise OracleError(f"{path}: expected a JSON object")
+    if raw.keys() != ENGINE_CONFIG_KEYS:
+        raise OracleError(
+            f"{path}: keys must be exactly {sorted(ENGINE_CONFIG_KEYS)}; "
+            f"missing {sorted(ENGINE_CONFIG_KEYS - raw.keys())}, "
+            f"unknown {sorted(raw.keys() - ENGINE_CONFIG_KEYS)}"
+        )
+    for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks"):
+        _positive_int(raw[name], str(path), name)
+    threshold = raw["long_prefill_token_threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+        raise OracleError(f"{path}: long_prefill_token_threshold must be an int >= 0")
+    if not isinstance(raw["enable_prefix_caching"], bool):
+        raise OracleError(f"{path}: enable_prefix_caching must be true or false")
+    if raw["scheduling_policy"] not in ("fcfs", "priority"):
+        raise OracleError(f"{path}: scheduling_policy must be 'fcfs' or 'priority'")
+    return EngineSettings(**raw)
+
+
+@contextmanager
+def _tiny_model_dir(max_model_len: int) -> Iterator[str]:
+    """A throw-away model folder holding only a hand-written Llama ``config.json``.
+
+    ``ModelConfig`` needs a model to read its architecture from; nothing is ever loaded or
+    run. The vocabulary is large enough for the generated token ids.
+    """
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 1,
+        "vocab_size": 2 * GENERATED_TOKEN_BASE,
+        "max_position_embeddings": max_model_len,
+        "torch_dtype": "float32",
+    }
+    with tempfile.TemporaryDirectory(prefix="vllm-oracle-model-") as folder:
+        Path(folder, "config.json").write_text(json.dumps(config), encoding="utf-8")
+        yield folder
+
+
+def build_scheduler(settings: EngineSettings, max_model_len: int, model_dir: str) -> Scheduler:
+    """Build vLLM's synchronous scheduler the way ``EngineCore`` does, minus the model.
+
+    Args:
+        settings: The engine settings.
+        max_model_len: ``max_model_len`` of the model config.
+        model_dir: A folder with a model ``config.json`` (see ``_tiny_model_dir``).
+
+    Returns:
+        A ``Scheduler`` over ``settings.num_gpu_blocks`` blocks (block 0 is vLLM's null block)
+        in one full-attention KV cache group.
+
+    Raises:
+        OracleError: If vLLM changed a setting it was given (e.g. a platform override).
+    """
+    model_config = ModelConfig(
+        model=model_dir,
+        skip_tokenizer_init=True,
+        max_model_len=max_model_len,
+        dtype="float32",
+        seed=0,
+    )
+    try:
+        # vLLM validates here, e.g. max_num_batched_tokens >= max_num_seqs and
+        # long_prefill_token_threshold <= max_model_len (pydantic errors are ValueErrors).
+        scheduler_config = SchedulerConfig(
+            max_model_len=max_model_len,
+            is_encoder_decoder=False,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            max_num_seqs=settings.max_num_seqs,
+            long_prefill_token_threshold=settings.long_prefill_token_threshold,
+            enable_chunked_prefill=True,
+            policy=settings.scheduling_policy,
+            async_scheduling=False,
+        )
+    except ValueError as exc:
+        raise OracleError(f"vLLM rejects the engine config: {exc}") from exc
+    cache_config = CacheConfig(
+        block_size=settings.block_size,
+        enable_prefix_caching=settings.enable_prefix_caching,
+    )
+    vllm_config = VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+    )
+    vllm_config.cache_config.num_gpu_blocks = settings.num_gpu_blocks
+    _check_config_kept(vllm_config, settings, max_model_len)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=settings.num_gpu_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                layer_names=["model.layers.0.self_attn.attn"],
+                kv_cache_spec=FullAttentionSpec(
+                    block_size=settings.block_size,
+                    num_kv_heads=1,
+                    head_size=1,
+                    dtype=torch.float32,
+                ),
+            )
+        ],
+    )
+    return Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=settings.block_size,
+        hash_block_size=settings.block_size,
+        log_stats=False,
+    )
+
+
+def _check_config_kept(
+    vllm_config: VllmConfig, settings: EngineSettings, max_model_len: int
+) -> None:
+    """Refuse to run if ``VllmConfig`` post-processing altered what the trace asks for."""
+    sched = vllm_config.scheduler_config
+    observed = {
+        "max_num_batched_tokens": sched.max_num_batched_tokens,
+        "max_num_seqs": sched.max_num_seqs,
+        "block_size": vllm_config.cache_config.block_size,
+        "enable_prefix_caching": vllm_config.cache_config.enable_prefix_caching,
+        "scheduling_policy": sched.policy,
+        "long_prefill_token_threshold": sched.long_prefill_token_threshold,
+    }
+    expected = {name: getattr(settings, name) for name in observed}
+    extra = {
+        "max_model_len": (vllm_config.model_config.max_model_len, max_model_len),
+        "enable_chunked_prefill": (sched.enable_chunked_prefill, True),
+        "async_scheduling": (bool(sched.async_scheduling), False),
+        "max_num_scheduled_tokens": (sched.max_num_scheduled_tokens, None),
+        "max_num_active_seqs": (sched.max_num_active_seqs, None),
+        "long_prefill_token_threshold_adaptive": (
+            sched.long_prefill_token_threshold_adaptive,
+            False,
+        ),
+        "scheduler_reserve_full_isl": (sched.scheduler_reserve_full_isl, True),
+        "watermark": (sched.watermark, 0.0),
+        "speculative_config": (vllm_config.speculative_config, None),
+        "kv_transfer_config": (vllm_config.kv_transfer_config, None),
+        "use_v2_model_runner": (vllm_config.use_v2_model_runner, False),
+    }
+    diffs = [
+        f"{k}: asked {expected[k]!r}, got {v!r}" for k, v in observed.items() if v != expected[k]
+    ]
+    diffs += [
+        f"{k}: expected {want!r}, got {got!r}" for k, (got, want) in extra.items() if got != want
+    ]
+    if diffs:
+        raise OracleError("vLLM altered the engine configuration: " + "; ".join(diffs))
+
+
+class _PreemptionRecorder:
+    """Records, in order, the requests vLLM preempts.
+
+    ``SchedulerOutput.preempted_req_ids`` is a set, so it loses the preemption order; the
+    recorder wraps the scheduler's ``_preempt_request`` on the instance (the class is
+    untouched) and the oracle checks the two agree as sets every step.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.order: list[str] = []
+        original = scheduler._preempt_request
+
+        def recording_preempt(request: Request, *args: Any, **kwargs: Any) -> None:
+            self.order.append(request.request_id)
+            original(request, *args, **kwargs)
+
+        scheduler._preempt_request = recording_preempt  # type: ignore[method-assign]
+
+    def take(self) -> list[str]:
+        """Return the ids preempted since the last call, in preemption order."""
+        taken, self.order = self.order, []
+        return taken
+
+
+def _admissions(
+    output: SchedulerOutput, ever_preempted: set[str]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Split this step's admissions into first admissions and resumptions.
+
+    In vLLM 0.32.0 (V1 model runner) first admissions are ``scheduled_new_reqs``
+    (``NewRequestData``) and resumed ones are the ids in
+    ``scheduled_cached_reqs.resumed_req_ids``. Both carry ``num_computed_tokens`` as it was
+    before this step's tokens were added, i.e. the prefix-cache hit.
+
+    Returns:
+        ``(new, resumed)``: request id -> prefix-hit tokens, in scheduling order.
+
+    Raises:
+        OracleError: If vLLM's view disagrees with the preemption history.
+    """
+    new = {data.req_id: data.num_computed_tokens for data in output.scheduled_new_reqs}
+    cached = output.scheduled_cached_reqs
+    resumed = {
+        req_id: num_computed
+        for req_id, num_computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True)
+        if req_id in cached.resumed_req_ids
+    }
+    if any(req_id in ever_preempted for req_id in new):
+        raise OracleError(f"a preempted request was reported as new: {sorted(new)}")
+    if not ever_preempted.issuperset(resumed):
+        raise OracleError(f"a never-preempted request was reported as resumed: {sorted(resumed)}")
+    return new, resumed
+
+
+def run_oracle(
+    trace: Sequence[TraceRequest],
+    settings: EngineSettings,
+    schedule_log: Path,
+    step_time_s: float = 1.0,
+    max_steps: int | None = None,
+) -> RunSummary:
+    """Replay a trace through vLLM's scheduler, writing one log line per ``schedule()``.
+
+    Args:
+        trace: The requests, in trace order.
+        settings: The engine settings.
+        schedule_log: Output JSONL file.
+        step_time_s: Simulated duration of every step, in seconds.
+        max_steps: Stop with an error after this many steps (a guard against a livelock).
+
+    Returns:
+        The run's totals.
+
+    Raises:
+        OracleError: If ``max_steps`` is reached, or a request ends in an unexpected state.
+    """
+    max_model_len = max(len(r.prompt_token_ids) + r.max_tokens for r in trace)
+    with _tiny_model_dir(max_model_len) as model_dir:
+        return _run(trace, settings, schedule_log, step_time_s, max_steps, max_model_len, model_dir)
+
+
+def _run(
+    trace: Sequence[TraceRequest],
+    settings: EngineSettings,
+    schedule_log: Path,
+    step_time_s: float,
+    max_steps: int | None,
+    max_model_len: int,
+    model_dir: str,
+) -> RunSummary:
+    started = time.perf_counter()
+    scheduler = build_scheduler(settings, max_model_len, model_dir)
+    block_hasher = None
+    if settings.enable_prefix_caching:
+        # As EngineCore does: seed NONE_HASH, hash at the scheduler's block size.
+        hash_fn = get_hash_fn_by_name(scheduler.cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        block_hasher = get_request_block_hasher(settings.block_size, hash_fn)
+    preemptions = _PreemptionRecorder(scheduler)
+    block_pool = scheduler.kv_cache_manager.block_pool
+    by_id = {r.request_id: r for r in trace}
+    vllm_requests: dict[str, Request] = {}
+    ever_preempted: set[str] = set()
+    finished: dict[str, int] = {}
+    summary = RunSummary(requests=len(trace), max_model_len=max_model_len)
+
+    # Arrival order; a step's newcomers then join in trace order (the trace need not be sorted).
+    arrivals = sorted(trace, key=lambda r: (r.arrival_time_s, r.index))
+    clock = 0.0
+    next_arrival = 0
+    step = 0
+    schedule_log.parent.mkdir(parents=True, exist_ok=True)
+    with schedule_log.open("w", encoding="utf-8") as log:
+        while True:
+            joining = []
+            while next_arrival < len(arrivals) and arrivals[next_arrival].arrival_time_s <= clock:
+                joining.append(arrivals[next_arrival])
+                next_arrival += 1
+            for spec in sorted(joining, key=lambda r: r.index):
+                request = Request(
+                    request_id=spec.request_id,
+                    prompt_token_ids=list(spec.prompt_token_ids),
+                    sampling_params=SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True),
+                    pooling_params=None,
+                    arrival_time=spec.arrival_time_s,
+                    priority=spec.priority,
+                    block_hasher=block_hasher,
+                )
+                vllm_requests[spec.request_id] = request
+                scheduler.add_request(request)
+            if scheduler.get_num_unfinished_requests() == 0:
+                if next_arrival == len(arrivals):
+                    break
+                clock = arrivals[next_arrival].arrival_time_s
+                continue
+            if max_steps is not None and step >= max_steps:
+                raise OracleError(f"stopped after --max-steps={max_steps} steps at t={clock}")
+
+            output = scheduler.schedule()
+            num_free_blocks = block_pool.get_num_free_blocks()
+            preempted = preemptions.take()
+            if set(preempted) != set(output.preempted_req_ids or ()):
+                raise OracleError(
+                    f"step {step}: recorded preemptions {preempted} differ from "
+                    f"SchedulerOutput.preempted_req_ids {sorted(output.preempted_req_ids or ())}"
+                )
+            ever_preempted.update(preempted)
+            new, resumed = _admissions(output, ever_preempted)
+            scheduled = dict(output.num_scheduled_tokens)
+
+            req_ids = list(scheduled)
+            sampled: list[list[int]] = []
+            for req_id in req_ids:
+                request = scheduler.requests[req_id]
+                done_catching_up = request.num_computed_tokens >= request.num_tokens
+                token = GENERATED_TOKEN_BASE + by_id[req_id].index
+                sampled.append([token] if done_catching_up else [])
+            model_output = ModelRunnerOutput(
+                req_ids=req_ids,
+                req_id_to_index={req_id: i for i, req_id in enumerate(req_ids)},
+                sampled_token_ids=sampled,
+            )
+            engine_outputs = scheduler.update_from_output(output, model_output)
+            finished_now = [
+                out.request_id
+                for outputs in engine_outputs.values()
+                for out in outputs.outputs
+                if out.finish_reason is not None
+            ]
+            for req_id in finished_now:
+                if req_id in finished:
+                    raise OracleError(f"step {step}: {req_id} finished twice")
+                finished[req_id] = step
+            num_running, num_waiting = scheduler.get_request_counts()
+
+            record = {
+                "step": step,
+                "time": clock,
+                "scheduled": scheduled,
+                "new": new,
+                "resumed": resumed,
+                "preempted": preempted,
+                "finished": finished_now,
+                "num_free_blocks": num_free_blocks,
+                "num_running": num_running,
+                "num_waiting": num_waiting,
+            }
+            log.write(json.dumps(record) + "\n")
+
+            summary.steps += 1
+            summary.empty_steps += not scheduled
+            summary.preemptions += len(preempted)
+            summary.new_admissions += len(new)
+            summary.resumed_admissions += len(resumed)
+            summary.prefix_hit_tokens += sum(new.values()) + sum(resumed.values())
+            summary.resumed_prefix_hit_tokens += sum(resumed.values())
+            summary.scheduled_tokens += sum(scheduled.values())
+            step += 1
+            clock += step_time_s
+
+    _check_all_finished(trace, vllm_requests, finished)
+    summary.final_time_s = clock
+    summary.wall_time_s = time.perf_counter() - started
+    return summary
+
+
+def _check_all_finished(
+    trace: Sequence[TraceRequest], vllm_requests: dict[str, Request], finished: dict[str, int]
+) -> None:
+    """Every request finished exactly once, having generated exactly ``max_tokens`` tokens."""
+    for spec in trace:
+        if spec.request_id not in finished:
+            raise OracleError(f"{spec.request_id} never finished")
+        request = vllm_requests[spec.request_id]
+        expected = [GENERATED_TOKEN_BASE + spec.index] * spec.max_tokens
+        if list(request.output_token_ids) != expected:
+            raise OracleError(
+                f"{spec.request_id} generated {len(request.output_token_ids)} tokens, "
+                f"expected {spec.max_tokens}"
+            )
+
+
+def run_files(
+    trace_path: Path,
+    config_path: Path,
+    log_path: Path,
+    summary_path: Path | None,
+    step_time_s: float,
+    max_steps: int | None,
+) -> RunSummary:
+    """Run the oracle on one (trace, engine config) pair of files.
+
+    Args:
+        trace_path: Trace JSONL.
+        config_path: Engine-config JSON.
+        log_path: Schedule log to write.
+        summary_path: Where to write the summary JSON, if anywhere.
+        step_time_s: Seconds per step.
+        max_steps: Step limit, or None.
+
+    Returns:
+        The run's totals (also printed as one JSON line on stderr).
+    """
+    summary = run_oracle(
+        load_trace(trace_path),
+        load_engine_settings(config_path),
+        log_path,
+        step_time_s=step_time_s,
+        max_steps=max_steps,
+    )
+    payload = {"trace": str(trace_path), **summary.__dict__}
+    if summary_path is not None:
+        summary_path.parent.mkdir(parents=True, exist_ok=True)
+        summary_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(payload), file=sys.stderr)
+    return summary
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Run vLLM 0.32.0's scheduler over a trace and write a schedule log."
+    )
+    parser.add_argument("--trace", type=Path, help="trace JSONL (token-id prompts)")
+    parser.add_argument("--engine-config", type=Path, help="engine-config JSON")
+    parser.add_argument("--schedule-log", type=Path, help="schedule log JSONL to write")
+    parser.add_argument("--summary", type=Path, help="also write the run's totals here (JSON)")
+    parser.add_argument(
+        "--batch",
+        type=Path,
+        help="JSONL manifest of runs: {trace, engine_config, schedule_log[, summary]} per line",
+    )
+    parser.add_argument("--step-time", type=float, default=1.0, help="seconds per step (1.0)")
+    parser.add_argument(
+        "--max-steps", type=int, default=1_000_000, help="fail after this many steps (1e6)"
+    )
+    args = parser.parse_args(argv)
+    single = (args.trace, args.engine_config, args.schedule_log)
+    if args.batch is None and None in single:
+        parser.error("give --trace, --engine-config and --schedule-log, or --batch")
+    if args.batch is not None and any(x is not None for x in (*single, args.summary)):
+        parser.error("--batch excludes --trace, --engine-config, --schedule-log and --summary")
+    if not (args.step_time > 0 and math.isfinite(args.step_time)):
+        parser.error("--step-time must be a positive number")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the process exit status."""
+    if not str(vllm.__version__).startswith(VLLM_VERSION):
+        print(f"vllm_oracle: needs vLLM {VLLM_VERSION}, found {vllm.__version__}", file=sys.stderr)
+        return 2
+    args = _parse_args(argv)
+    try:
+        if args.batch is None:
+            run_files(
+                args.trace,
+                args.engine_config,
+                args.schedule_log,
+                args.summary,
+                args.step_time,
+                args.max_steps,
+            )
+            return 0
+        for line_no, line in enumerate(args.batch.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            try:
+                run_files(
+                    Path(entry["trace"]),
+                    Path(entry["engine_config"]),
+                    Path(entry["schedule_log"]),
+                    Path(entry["summary"]) if entry.get("summary") else None,
+                    args.step_time,
+                    args.max_steps,
+                )
+            except OracleError as exc:
+                raise OracleError(f"{args.batch}:{line_no}: {exc}") from exc
+    except OracleError as exc:
+        print(f"vllm_oracle: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
