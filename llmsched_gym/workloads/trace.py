@@ -1,0 +1,471 @@
+"""Trace files: the JSONL trace contract, plus the real traces shipped with the package.
+
+The contract (DESIGN.md, "Trace file") is one JSON object per line::
+
+    {"request_id": "r0", "arrival_time": 0.0, "prompt_len": 6758, "output_len": 500,
+     "block_hashes": [0, 1, 2], "hash_block_size": 512, "priority": 0}
+
+Fields (anything else is an error that names the line and the field):
+
+==================  ========  ==========================================================
+field               type      meaning and limits
+==================  ========  ==========================================================
+request_id          str       unique within the file
+arrival_time        float     seconds from the start of the trace, finite, >= 0
+prompt_token_ids    [int]     prompt token ids, each >= 0 (non-empty)
+prompt_len          int       >= 1; given instead of, or agreeing with, prompt_token_ids
+block_hashes        [int]     optional, only without prompt_token_ids: one prefix hash per
+                              ``hash_block_size`` prompt tokens, at most
+                              ``cdiv(prompt_len, hash_block_size)`` of them
+hash_block_size     int       optional, >= 1, default 512 (Mooncake's block)
+output_len          int       >= 1: tokens the request really generates
+max_tokens          int       optional, >= output_len, default output_len
+priority            int       optional, default 0 (lower is served first, as in vLLM)
+weight              float     optional, finite, > 0, default 1.0
+slo_ttft_s          float     optional, finite, > 0
+slo_tpot_s          float     optional, finite, > 0
+deadline_s          float     optional, finite (same clock as arrival_time)
+job_id, stage,      str       optional
+client_id
+==================  ========  ==========================================================
+
+A JSON ``null`` in an optional field means "use the default". Blank lines at the end of the file
+are ignored; a blank line followed by another request is an error.
+
+``load_trace`` also reads the shipped real traces by name (see ``list_traces``) and the raw
+formats they come in (Azure 2023 CSV, Vidur's processed CSVs, Mooncake JSONL) by path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import gc
+import gzip
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.errors import TraceError
+from llmsched_gym.metrics._atomic import atomic_output
+from llmsched_gym.workloads import catalog
+from llmsched_gym.workloads._validate import FieldChecker, is_int, show
+
+__all__ = [
+    "CONTRACT_FIELDS",
+    "TRACE_FORMATS",
+    "load_trace",
+    "request_from_dict",
+    "request_to_dict",
+    "save_trace",
+]
+
+CONTRACT_FIELDS: tuple[str, ...] = (
+    "request_id",
+    "arrival_time",
+    "prompt_token_ids",
+    "prompt_len",
+    "block_hashes",
+    "hash_block_size",
+    "output_len",
+    "max_tokens",
+    "priority",
+    "weight",
+    "slo_ttft_s",
+    "slo_tpot_s",
+    "deadline_s",
+    "job_id",
+    "stage",
+    "client_id",
+)
+"""Every field of the trace contract, in the order ``save_trace`` writes them."""
+
+_ALLOWED_FIELDS = frozenset(CONTRACT_FIELDS)
+_DEFAULT_HASH_BLOCK_SIZE = 512
+
+TRACE_FORMATS: tuple[str, ...] = ("contract", *catalog.RAW_FORMATS)
+"""File formats ``load_trace(path, trace_format=...)`` reads: the JSONL contract and raw formats."""
+
+
+def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> RequestSpec:
+    """Validates one trace-contract record and builds its ``RequestSpec``.
+
+    Args:
+        record: The decoded JSON object of one trace line.
+        where: Location prefix for error messages, e.g. ``"trace.jsonl:17"``.
+
+    Returns:
+        The immutable request.
+
+    Raises:
+        TraceError: For an unknown field, a missing required field, or a value of the wrong type
+            or out of range; the message names ``where``, the field and the value.
+    """
+    if not isinstance(record, Mapping):
+        raise TraceError(f"{where}: a trace line must be a JSON object, got {show(record)}")
+    unknown = [key for key in record if key not in _ALLOWED_FIELDS]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), CONTRACT_FIELDS, n=1)
+        hint = (
+            f"; did you mean {close[0]!r}?"
+            if close
+            else f"; known fields: {', '.join(CONTRACT_FIELDS)}"
+        )
+        raise TraceError(f"{where}: unknown field {key!r}{hint}")
+    rec = FieldChecker(record, where)
+
+    request_id = rec.required("request_id")
+    if not isinstance(request_id, str) or not request_id:
+        raise rec.fail("request_id", "a non-empty string", request_id)
+    arrival_time = rec.finite_float("arrival_time", rec.required("arrival_time"), minimum=0.0)
+    output_len = rec.int_at_least("output_len", 1, rec.required("output_len"))
+
+    token_ids_value = record.get("prompt_token_ids")
+    prompt_len_value = record.get("prompt_len")
+    prompt_token_ids: tuple[int, ...] | None = None
+    if token_ids_value is not None:
+        prompt_token_ids = rec.int_list("prompt_token_ids", token_ids_value, minimum=0)
+        if not prompt_token_ids:
+            raise rec.fail("prompt_token_ids", "a non-empty list of ints >= 0", token_ids_value)
+        prompt_len = len(prompt_token_ids)
+        if prompt_len_value is not None and prompt_len_value != prompt_len:
+            rec.int_at_least("prompt_len", 1, prompt_len_value)
+            raise TraceError(
+                f"{where}: field 'prompt_len' must equal len(prompt_token_ids) = {prompt_len}, "
+                f"got {show(prompt_len_value)}; give one of the two, or make them agree"
+            )
+        if prompt_len_value is not None:
+            rec.int_at_least("prompt_len", 1, prompt_len_value)  # rejects True == 1
+    elif prompt_len_value is not None:
+        prompt_len = rec.int_at_least("prompt_len", 1, prompt_len_value)
+    else:
+        raise TraceError(f"{where}: missing the prompt: give 'prompt_token_ids' or 'prompt_len'")
+
+    hash_block_size_value = record.get("hash_block_size")
+    hash_block_size = (
+        _DEFAULT_HASH_BLOCK_SIZE
+        if hash_block_size_value is None
+        else rec.int_at_least("hash_block_size", 1, hash_block_size_value)
+    )
+    block_hashes: tuple[int, ...] | None = None
+    if record.get("block_hashes") is not None:
+        if prompt_token_ids is not None:
+            raise TraceError(
+                f"{where}: field 'block_hashes' is only allowed with 'prompt_len' and no "
+                "'prompt_token_ids' (prefix sharing then follows the token ids); drop one of them"
+            )
+        block_hashes = rec.int_list("block_hashes", record["block_hashes"], minimum=None)
+        max_blocks = -(-prompt_len // hash_block_size)
+        if len(block_hashes) > max_blocks:
+            raise TraceError(
+                f"{where}: field 'block_hashes' must have at most cdiv(prompt_len={prompt_len}, "
+                f"hash_block_size={hash_block_size}) = {max_blocks} entries, "
+                f"got {len(block_hashes)}"
+            )
+
+    max_tokens_value = record.get("max_tokens")
+    if max_tokens_value is None:
+        max_tokens = output_len
+    else:
+        max_tokens = rec.int_at_least("max_tokens", 1, max_tokens_value)
+        if max_tokens < output_len:
+            raise TraceError(
+                f"{where}: field 'max_tokens' must be >= output_len ({output_len}), got "
+                f"{max_tokens}: a request cannot generate more tokens than its limit; raise "
+                "max_tokens or lower output_len"
+            )
+
+    priority_value = record.get("priority")
+    priority = 0 if priority_value is None else priority_value
+    if not is_int(priority):
+        raise rec.fail("priority", "an int", priority_value)
+    weight_value = record.get("weight")
+    weight = (
+        1.0
+        if weight_value is None
+        else rec.finite_float("weight", weight_value, strictly_positive=True)
+    )
+    slo = {}
+    for field in ("slo_ttft_s", "slo_tpot_s"):
+        value = record.get(field)
+        slo[field] = (
+            None if value is None else rec.finite_float(field, value, strictly_positive=True)
+        )
+    deadline_value = record.get("deadline_s")
+    deadline_s = None if deadline_value is None else rec.finite_float("deadline_s", deadline_value)
+
+    return RequestSpec(
+        request_id=request_id,
+        arrival_time=arrival_time,
+        prompt_len=prompt_len,
+        output_len=output_len,
+        max_tokens=max_tokens,
+        prompt_token_ids=prompt_token_ids,
+        block_hashes=block_hashes,
+        hash_block_size=hash_block_size,
+        priority=priority,
+        weight=weight,
+        slo_ttft_s=slo["slo_ttft_s"],
+        slo_tpot_s=slo["slo_tpot_s"],
+        deadline_s=deadline_s,
+        job_id=rec.optional_str("job_id"),
+        stage=rec.optional_str("stage"),
+        client_id=rec.optional_str("client_id"),
+    )
+
+
+def request_to_dict(spec: RequestSpec) -> dict[str, Any]:
+    """Returns the trace-contract record of ``spec``, omitting fields at their defaults.
+
+    The prompt is written as ``prompt_token_ids`` when the spec has them, else as ``prompt_len``
+    (with ``block_hashes`` and ``hash_block_size`` when it has hashes), so that
+    ``request_from_dict(request_to_dict(spec)) == spec``.
+    """
+    record: dict[str, Any] = {
+        "request_id": spec.request_id,
+        "arrival_time": float(spec.arrival_time),
+    }
+    if spec.prompt_token_ids is not None:
+        record["prompt_token_ids"] = [int(token) for token in spec.prompt_token_ids]
+    else:
+        record["prompt_len"] = int(spec.prompt_len)
+    if spec.block_hashes is not None:
+        record["block_hashes"] = [int(h) for h in spec.block_hashes]
+    if spec.block_hashes is not None or spec.hash_block_size != _DEFAULT_HASH_BLOCK_SIZE:
+        record["hash_block_size"] = int(spec.hash_block_size)
+    record["output_len"] = int(spec.output_len)
+    if spec.max_tokens != spec.output_len:
+        record["max_tokens"] = int(spec.max_tokens)
+    if spec.priority != 0:
+        record["priority"] = int(spec.priority)
+    if spec.weight != 1.0:
+        record["weight"] = float(spec.weight)
+    for field in ("slo_ttft_s", "slo_tpot_s", "deadline_s"):
+        value = getattr(spec, field)
+        if value is not None:
+            record[field] = float(value)
+    for field in ("job_id", "stage", "client_id"):
+        value = getattr(spec, field)
+        if value is not None:
+            record[field] = value
+    return record
+
+
+def _read_contract(source: Any, label: str, limit: int | None) -> list[RequestSpec]:
+    """Reads a contract JSONL file (``source`` has ``.name`` and ``.open('rb')``)."""
+    specs: list[RequestSpec] = []
+    first_line: dict[str, int] = {}
+    blank_line = 0
+    with catalog.open_text(source, label) as text:
+        for lineno, line in enumerate(text, start=1):
+            if not line.strip():
+                blank_line = blank_line or lineno
+                continue
+            where = f"{label}:{lineno}"
+            if blank_line:
+                raise TraceError(
+                    f"{label}:{blank_line}: empty line in the middle of the trace (one JSON "
+                    f"object per line; the next request is on line {lineno}); remove it"
+                )
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise TraceError(
+                    f"{where}: invalid JSON ({err.msg} at column {err.colno}): {show(line.strip())}"
+                ) from None
+            spec = request_from_dict(record, where)
+            if spec.request_id in first_line:
+                raise TraceError(
+                    f"{where}: field 'request_id' must be unique, got {spec.request_id!r} "
+                    f"(first used on line {first_line[spec.request_id]})"
+                )
+            first_line[spec.request_id] = lineno
+            specs.append(spec)
+            if limit is not None and len(specs) >= limit:
+                break
+    return specs
+
+
+def _with_arrivals(
+    specs: list[RequestSpec], arrival_times_s: Sequence[float], label: str
+) -> list[RequestSpec]:
+    """Returns ``specs`` (file order) with their arrival times replaced, checking each value."""
+    times = list(arrival_times_s)
+    if len(times) != len(specs):
+        raise TraceError(
+            f"{label}: arrival_times_s must have one value per request ({len(specs)}), "
+            f"got {len(times)} values"
+        )
+    replaced = []
+    for index, (spec, time) in enumerate(zip(specs, times, strict=True)):
+        value = float(time)
+        if not math.isfinite(value) or value < 0:
+            raise TraceError(
+                f"{label}: arrival_times_s[{index}] must be a finite number >= 0, got {show(time)}"
+            )
+        fields = {name: getattr(spec, name) for name in RequestSpec.__slots__}
+        fields["arrival_time"] = value
+        replaced.append(RequestSpec(**fields))
+    return replaced
+
+
+def load_trace(
+    path_or_name: str | os.PathLike[str],
+    *,
+    trace_format: str | None = None,
+    limit: int | None = None,
+    arrival_times_s: Sequence[float] | None = None,
+) -> list[RequestSpec]:
+    """Loads a trace file or a shipped trace by name, validated and sorted by arrival time.
+
+    Args:
+        path_or_name: A shipped trace name (see ``list_traces``; names win over files of the same
+            name) or the path of a trace file (``.gz`` is decompressed).
+        trace_format: Format of a file given by path: ``"contract"`` (the JSONL trace contract,
+            the default), ``"azure"`` (Azure LLM inference trace 2023 CSV), ``"vidur"`` (Vidur's
+            processed CSVs: ``arrived_at`` optional, ``num_prefill_tokens``,
+            ``num_decode_tokens``) or ``"mooncake"`` (Mooncake JSONL with ``hash_ids``). Must be
+            None (or the trace's own format) for a shipped name.
+        limit: Read only the first ``limit`` requests of the file (file order), e.g. for a quick
+            run on a prefix of a long trace.
+        arrival_times_s: Replaces the arrival times, one per request in file order (after
+            ``limit``), e.g. Poisson arrivals for the token-count traces that have none.
+
+    Returns:
+        The requests sorted stably by ``arrival_time`` (ties keep file order).
+
+    Raises:
+        TraceError: For a malformed file; the message names the file, the 1-based line number,
+            the field and the value, e.g. ``trace.jsonl:17: field 'output_len' must be an int
+            >= 1, got -3``. Also for an unknown name or format, or a bad ``limit``.
+    """
+    if limit is not None and (not is_int(limit) or limit < 1):
+        raise TraceError(f"load_trace: limit must be an int >= 1 or None, got {show(limit)}")
+    if trace_format is not None and trace_format not in TRACE_FORMATS:
+        raise TraceError(
+            f"load_trace: trace_format must be one of {', '.join(TRACE_FORMATS)}, "
+            f"got {trace_format!r}"
+        )
+    name = os.fspath(path_or_name)
+    info = catalog.SHIPPED_TRACES.get(name)
+    if info is not None:
+        if trace_format not in (None, info.trace_format):
+            raise TraceError(
+                f"load_trace: shipped trace {name!r} is in format {info.trace_format!r}, got "
+                f"trace_format={trace_format!r}; leave trace_format unset for a shipped name"
+            )
+        specs = list(_load_shipped(name, limit))
+        label = info.file
+    else:
+        path = Path(name)
+        if not path.is_file():
+            close = difflib.get_close_matches(name, list(catalog.SHIPPED_TRACES), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TraceError(
+                f"load_trace: no shipped trace named {name!r} and no file at that path; {hint}"
+                f"shipped traces: {', '.join(catalog.SHIPPED_TRACES)}"
+            )
+        label = name
+        with _gc_paused():
+            specs = _read_file(
+                trace_format or "contract", path, name, f"{path.name.split('.')[0]}-", limit
+            )
+    if arrival_times_s is not None:
+        specs = _with_arrivals(specs, arrival_times_s, label)
+    specs.sort(key=_ARRIVAL)  # stable: ties keep file order
+    return specs
+
+
+_ARRIVAL = attrgetter("arrival_time")
+
+
+def _read_file(
+    trace_format: str, source: Any, label: str, id_prefix: str, limit: int | None
+) -> list[RequestSpec]:
+    """Reads a trace file of any supported format, in file order."""
+    if trace_format == "contract":
+        return _read_contract(source, label, limit)
+    return catalog.read_raw(trace_format, source, label, id_prefix, limit)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_shipped(name: str, limit: int | None) -> tuple[RequestSpec, ...]:
+    """Reads a shipped trace once per process, in file order (the file and specs are immutable)."""
+    info = catalog.SHIPPED_TRACES[name]
+    source = catalog.shipped_resource(info)
+    with _gc_paused():
+        return tuple(catalog.read_raw(info.trace_format, source, str(source), f"{name}-", limit))
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pauses the cyclic garbage collector while tens of thousands of specs are allocated.
+
+    The specs hold no reference cycles; without the pause, generation-0 collections triggered by
+    the allocations themselves cost about a fifth of the load time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def save_trace(specs: Iterable[RequestSpec], path: str | os.PathLike[str]) -> Path:
+    """Writes requests as a trace-contract JSONL file, atomically.
+
+    Every request is checked with the loader's rules first, so ``load_trace`` reads back exactly
+    ``specs`` (sorted by arrival time). The file is written to a temporary file in the same
+    directory and moved into place with ``os.replace``: a reader never sees a half-written trace,
+    and on error no file is left behind. A path ending in ``.gz`` is gzip-compressed
+    (deterministically: no timestamp in the header).
+
+    Args:
+        specs: The requests, written in the given order.
+        path: Destination file.
+
+    Returns:
+        The path written.
+
+    Raises:
+        TraceError: If a request breaks the contract or two share a ``request_id``; the message
+            names its index in ``specs``.
+    """
+    target = Path(path)
+    lines: list[str] = []
+    seen: dict[str, int] = {}
+    for index, spec in enumerate(specs):
+        where = f"save_trace({target.name}): request {index}"
+        if spec.prompt_token_ids is not None and len(spec.prompt_token_ids) != spec.prompt_len:
+            raise TraceError(
+                f"{where}: field 'prompt_len' must equal len(prompt_token_ids) = "
+                f"{len(spec.prompt_token_ids)}, got {spec.prompt_len!r}"
+            )
+        record = request_to_dict(spec)
+        request_from_dict(record, where)
+        if spec.request_id in seen:
+            raise TraceError(
+                f"{where}: field 'request_id' must be unique, got {spec.request_id!r} "
+                f"(also request {seen[spec.request_id]})"
+            )
+        seen[spec.request_id] = index
+        lines.append(json.dumps(record, allow_nan=False))
+    payload = ("\n".join(lines) + "\n" if lines else "").encode("utf-8")
+    if target.name.endswith(".gz"):
+        buffer = io.BytesIO()
+        with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz:
+            gz.write(payload)
+        payload = buffer.getvalue()
+    with atomic_output(target) as tmp_path:
+        tmp_path.write_bytes(payload)
+    return target
