@@ -86,7 +86,7 @@ def test_splitwise_and_azure_are_the_same_requests() -> None:
         assert [(s.prompt_len, s.output_len) for s in a] == [
             (s.prompt_len, s.output_len) for s in b
         ]
-        assert max(abs(x.arrival_time - y.arrival_time) for x, y in zip(a, b)) < 1e-6
+        assert max(abs(x.arrival_time - y.arrival_time) for x, y in zip(a, b, strict=True)) < 1e-6
 
 
 def test_mooncake_shares_prefixes() -> None:
@@ -211,7 +211,8 @@ def test_azure_format_by_path(tmp_path: Path) -> None:
     )
     with pytest.raises(
         TraceError,
-        match=r"bad\.csv:3: field 'TIMESTAMP' must be 'YYYY-MM-DD HH:MM:SS\[\.fraction\]', got 'yesterday'",
+        match=r"bad\.csv:3: field 'TIMESTAMP' must be 'YYYY-MM-DD HH:MM:SS\[\.fraction\]', "
+        r"got 'yesterday'",
     ):
         load_trace(bad, trace_format="azure")
     bad = write(

@@ -265,8 +265,8 @@ def test_block_hashes_too_long(tmp_path: Path) -> None:
     record = dict(GOOD, prompt_len=1025, block_hashes=[1, 2, 3, 4])
     with pytest.raises(
         TraceError,
-        match=r"field 'block_hashes' must have at most cdiv\(prompt_len=1025, hash_block_size=512\) "
-        r"= 3 entries, got 4",
+        match=r"field 'block_hashes' must have at most "
+        r"cdiv\(prompt_len=1025, hash_block_size=512\) = 3 entries, got 4",
     ):
         load_trace(records_file(tmp_path, [record]))
 
