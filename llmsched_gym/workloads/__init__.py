@@ -5,6 +5,7 @@
 >>> specs = load_trace("my_trace.jsonl")            # a trace-contract file   # doctest: +SKIP
 """
 
+from llmsched_gym.workloads.arrivals import arrival_times_s
 from llmsched_gym.workloads.catalog import SHIPPED_TRACES, TraceInfo, list_traces, trace_info
 from llmsched_gym.workloads.trace import (
     CONTRACT_FIELDS,
@@ -20,6 +21,7 @@ __all__ = [
     "SHIPPED_TRACES",
     "TRACE_FORMATS",
     "TraceInfo",
+    "arrival_times_s",
     "list_traces",
     "load_trace",
     "request_from_dict",

@@ -39,6 +39,7 @@ formats they come in (Azure 2023 CSV, Vidur's processed CSVs, Mooncake JSONL) by
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import functools
 import gc
@@ -306,14 +307,16 @@ def _with_arrivals(
         )
     replaced = []
     for index, (spec, time) in enumerate(zip(specs, times, strict=True)):
-        value = float(time)
-        if not math.isfinite(value) or value < 0:
+        try:
+            value = float(time)
+        except (TypeError, ValueError):
+            value = math.nan
+        if isinstance(time, bool) or not math.isfinite(value) or value < 0:
             raise TraceError(
                 f"{label}: arrival_times_s[{index}] must be a finite number >= 0, got {show(time)}"
             )
-        fields = {name: getattr(spec, name) for name in RequestSpec.__slots__}
-        fields["arrival_time"] = value
-        replaced.append(RequestSpec(**fields))
+        values = _SPEC_FIELDS(spec)
+        replaced.append(RequestSpec(*values[:_ARRIVAL_INDEX], value, *values[_ARRIVAL_INDEX + 1 :]))
     return replaced
 
 
@@ -385,6 +388,9 @@ def load_trace(
 
 
 _ARRIVAL = attrgetter("arrival_time")
+_SPEC_FIELD_NAMES = tuple(field.name for field in dataclasses.fields(RequestSpec))
+_SPEC_FIELDS = attrgetter(*_SPEC_FIELD_NAMES)
+_ARRIVAL_INDEX = _SPEC_FIELD_NAMES.index("arrival_time")
 
 
 def _read_file(
