@@ -1,0 +1,55 @@
+"""Cost models: a batch's features in, the engine step's duration in seconds out.
+
+* :class:`CostModel` — the protocol (``step_time`` and its bit-identical vectorised twin
+  ``step_times``);
+* :class:`ConstantCostModel`, :class:`LinearCostModel` — the simple models (``base.py``);
+* :class:`RooflineCostModel` — analytic, from model shapes, GPU datasheet and TP (``roofline.py``);
+* :func:`load_cost_model`, :func:`list_profiles`, :func:`profile_info` — the registry of specs
+  (``constant:S``, ``roofline:<model>@<gpu>/tp<N>``, fitted ``vidur:...`` profiles, YAML paths);
+* :func:`num_gpu_blocks`, :func:`kv_capacity` — KV-cache capacity as vLLM computes it;
+* :mod:`llmsched_gym.cost.fit` — fitting linear profiles from Vidur's GPU measurements.
+"""
+
+from llmsched_gym.cost.base import ConstantCostModel, CostModel, LinearCostModel
+from llmsched_gym.cost.capacity import KVCapacity, MemoryOverheads, kv_capacity, num_gpu_blocks
+from llmsched_gym.cost.hardware import (
+    GPUSpec,
+    ModelSpec,
+    get_gpu,
+    get_model,
+    list_gpus,
+    list_models,
+)
+from llmsched_gym.cost.registry import (
+    ProfiledLinearCostModel,
+    ProfileInfo,
+    list_profiles,
+    load_cost_model,
+    load_profile_file,
+    profile_info,
+)
+from llmsched_gym.cost.roofline import RooflineCostModel, RooflineParams
+
+__all__ = [
+    "ConstantCostModel",
+    "CostModel",
+    "GPUSpec",
+    "KVCapacity",
+    "LinearCostModel",
+    "MemoryOverheads",
+    "ModelSpec",
+    "ProfileInfo",
+    "ProfiledLinearCostModel",
+    "RooflineCostModel",
+    "RooflineParams",
+    "get_gpu",
+    "get_model",
+    "kv_capacity",
+    "list_gpus",
+    "list_models",
+    "list_profiles",
+    "load_cost_model",
+    "load_profile_file",
+    "num_gpu_blocks",
+    "profile_info",
+]

@@ -1,0 +1,311 @@
+"""Fitting the 6-coefficient :class:`LinearCostModel` to any step-time oracle.
+
+Three pieces, shared by :meth:`RooflineCostModel.linearize` and the Vidur fitting pipeline
+(:mod:`llmsched_gym.cost.fit`):
+
+* :func:`design_batches` draws a seeded, designed set of batch compositions (decode-only,
+  single and multiple prefill chunks, and vLLM-style mixed batches of chunks plus decodes) within an
+  engine's limits;
+* :func:`nnls` solves non-negative least squares (Lawson and Hanson, "Solving Least Squares
+  Problems", 1974, ch. 23), so every fitted coefficient is >= 0 and the fitted model stays monotone
+  in every feature;
+* :func:`fit_linear` fits on a seeded train split, minimising *relative* squared error (rows
+  weighted by 1 / time, so a 2 ms decode step counts as much as a 400 ms prefill), and reports
+  MAPE and the worst error on the train and held-out splits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from llmsched_gym.cost.base import LinearCostModel
+from llmsched_gym.errors import CostModelError
+
+__all__ = [
+    "BatchSet",
+    "FitResult",
+    "FitStats",
+    "design_batches",
+    "fit_linear",
+    "nnls",
+]
+
+FEATURES = ("num_tokens", "prefill_attn", "decode_kv", "num_prefill", "num_decode")
+"""The five batch features of llmsched_gym.cost.base, in LinearCostModel's coefficient order."""
+
+
+@dataclass(frozen=True)
+class BatchSet:
+    """Many batches as flat item arrays.
+
+    Item ``i`` belongs to batch ``batch[i]`` and computes ``c[i]`` new tokens on top of ``m[i]``
+    tokens already in the KV cache.
+    """
+
+    batch: np.ndarray
+    """Batch index of each item (int64, non-decreasing)."""
+    c: np.ndarray
+    """New tokens of each item (int64, >= 1)."""
+    m: np.ndarray
+    """Cached tokens of each item (int64, >= 0)."""
+    num_batches: int
+
+    def features(self) -> dict[str, np.ndarray]:
+        """The five cost-model features of every batch (int64 arrays of length num_batches)."""
+        n = self.num_batches
+        prefill = self.c > 1
+        c, m = self.c, self.m
+
+        def total(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+            w = values if mask is None else np.where(mask, values, 0)
+            return np.bincount(self.batch, weights=w, minlength=n).round().astype(np.int64)
+
+        return {
+            "num_tokens": total(c),
+            "prefill_attn": total(c * c + 2 * m * c, prefill),
+            "decode_kv": total(m, ~prefill),
+            "num_prefill": total(np.ones_like(c), prefill),
+            "num_decode": total(np.ones_like(c), ~prefill),
+        }
+
+    def items_of(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (c, m) arrays of batch ``b``."""
+        lo, hi = np.searchsorted(self.batch, [b, b + 1])
+        return self.c[lo:hi], self.m[lo:hi]
+
+
+def _loguniform_int(
+    rng: np.random.Generator, lo: int, hi: int, size: int | None = None
+) -> np.ndarray:
+    """Integers spread evenly in log space over [lo, hi] (small batches matter as much as big)."""
+    x = np.exp(rng.uniform(np.log(lo), np.log(hi + 1), size=size))
+    return np.clip(np.floor(x), lo, hi).astype(np.int64)
+
+
+def design_batches(
+    num_batches: int,
+    seed: int = 0,
+    max_num_batched_tokens: int = 4096,
+    max_num_seqs: int = 128,
+    max_model_len: int = 4096,
+) -> BatchSet:
+    """Draw a designed, seeded set of batch compositions within an engine's limits.
+
+    Four kinds in equal shares, each respecting ``num_tokens <= max_num_batched_tokens``, at most
+    ``max_num_seqs`` items and ``c + m <= max_model_len`` per item:
+
+    * decode-only: 1..max_num_seqs decodes (log-uniform), contexts uniform in [1, max_model_len);
+    * one prefill chunk: c log-uniform in [2, max tokens], on an empty or a cached prefix (half
+      each);
+    * 2-4 prefill chunks sharing the token budget;
+    * mixed, as vLLM's chunked prefill builds them: decodes first, then 1-2 prefill chunks that fill
+      part of the remaining budget.
+
+    Args:
+        num_batches: how many batches to draw.
+        seed: seed of the numpy Generator (same seed, same batches).
+        max_num_batched_tokens: token budget per step.
+        max_num_seqs: most items per batch.
+        max_model_len: most tokens per request (prompt plus generated).
+
+    Returns:
+        The batches as a :class:`BatchSet`.
+    """
+    if min(num_batches, max_num_batched_tokens, max_num_seqs, max_model_len) < 2:
+        raise CostModelError(
+            "design_batches needs num_batches, max_num_batched_tokens, max_num_seqs and "
+            f"max_model_len >= 2, got {num_batches}, {max_num_batched_tokens}, {max_num_seqs}, "
+            f"{max_model_len}"
+        )
+    rng = np.random.default_rng(seed)
+    max_tokens = min(max_num_batched_tokens, max_model_len)
+    bs: list[int] = []
+    cs: list[int] = []
+    ms: list[int] = []
+
+    def prefill_item(budget: int) -> tuple[int, int]:
+        c = int(_loguniform_int(rng, 2, max(2, budget)))
+        m = 0 if rng.random() < 0.5 else int(rng.integers(0, max_model_len - c + 1))
+        return c, m
+
+    for b in range(num_batches):
+        kind = b % 4
+        items: list[tuple[int, int]] = []
+        if kind == 0:
+            n = int(_loguniform_int(rng, 1, min(max_num_seqs, max_num_batched_tokens)))
+            items = [(1, int(m)) for m in rng.integers(1, max_model_len, size=n)]
+        elif kind == 1:
+            items = [prefill_item(max_tokens)]
+        elif kind == 2:
+            k = int(rng.integers(2, 5))
+            budget = max_tokens
+            for _ in range(k):
+                if budget < 2 or len(items) >= max_num_seqs:
+                    break
+                c, m = prefill_item(int(rng.integers(2, budget + 1)))
+                items.append((c, m))
+                budget -= c
+        else:
+            n = int(
+                _loguniform_int(rng, 1, max(1, min(max_num_seqs - 2, max_num_batched_tokens // 2)))
+            )
+            items = [(1, int(m)) for m in rng.integers(1, max_model_len, size=n)]
+            budget = min(max_num_batched_tokens - n, max_model_len)
+            for _ in range(int(rng.integers(1, 3))):
+                if budget < 2:
+                    break
+                c, m = prefill_item(int(rng.integers(2, budget + 1)))
+                items.append((c, m))
+                budget -= c
+        for c, m in items:
+            bs.append(b)
+            cs.append(c)
+            ms.append(m)
+    return BatchSet(
+        batch=np.asarray(bs, dtype=np.int64),
+        c=np.asarray(cs, dtype=np.int64),
+        m=np.asarray(ms, dtype=np.int64),
+        num_batches=num_batches,
+    )
+
+
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
+    """Solve ``min ||a x - b||_2`` subject to ``x >= 0`` (Lawson-Hanson active-set method).
+
+    Args:
+        a: (n, k) design matrix.
+        b: (n,) target.
+        max_iter: iteration cap (default 30 * k).
+
+    Returns:
+        The (k,) non-negative solution.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    n, k = a.shape
+    x = np.zeros(k)
+    passive = np.zeros(k, dtype=bool)
+    max_iter = 30 * k if max_iter is None else max_iter
+    tol = 10 * np.finfo(float).eps * np.linalg.norm(a, 1) * max(n, k)
+    w = a.T @ (b - a @ x)
+    for _ in range(max_iter):
+        if passive.all() or (w[~passive] <= tol).all():
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(k)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            # Step back to the boundary: move x towards z until the first passive variable hits 0.
+            bad = passive & (z <= 0)
+            alpha = np.min(x[bad] / (x[bad] - z[bad]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        w = a.T @ (b - a @ x)
+    return x
+
+
+@dataclass(frozen=True)
+class FitStats:
+    """Error of a fitted model on one split (percent errors relative to the oracle's time)."""
+
+    n: int
+    mape_pct: float
+    """Mean absolute percentage error."""
+    max_ape_pct: float
+    """Worst absolute percentage error."""
+    p90_ape_pct: float
+    """90th percentile of the absolute percentage error."""
+
+    @staticmethod
+    def of(pred: np.ndarray, true: np.ndarray) -> FitStats:
+        """Errors of ``pred`` against ``true`` (both > 0)."""
+        ape = np.abs(pred - true) / true * 100.0
+        return FitStats(
+            n=int(len(true)),
+            mape_pct=float(np.mean(ape)),
+            max_ape_pct=float(np.max(ape)),
+            p90_ape_pct=float(np.percentile(ape, 90)),
+        )
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted linear cost model and how well it reproduces its oracle."""
+
+    model: LinearCostModel
+    train: FitStats
+    heldout: FitStats
+    seed: int
+    heldout_fraction: float
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain-data summary (for YAML profiles and reports)."""
+        return {
+            "coefficients": self.model.coefficients(),
+            "train": asdict(self.train),
+            "heldout": asdict(self.heldout),
+            "seed": self.seed,
+            "heldout_fraction": self.heldout_fraction,
+        }
+
+
+def design_matrix(features: dict[str, np.ndarray]) -> np.ndarray:
+    """(n, 6) matrix: a column of ones, then the five features as float64."""
+    cols = [np.ones(len(features["num_tokens"]))]
+    cols += [np.asarray(features[f], dtype=np.float64) for f in FEATURES]
+    return np.stack(cols, axis=1)
+
+
+def fit_linear(
+    features: dict[str, np.ndarray],
+    times_s: np.ndarray,
+    name: str,
+    seed: int = 0,
+    heldout_fraction: float = 0.2,
+    min_c0_s: float = 1e-6,
+) -> FitResult:
+    """Fit a LinearCostModel to ``times_s`` by relative-error NNLS on a seeded train split.
+
+    Args:
+        features: the five feature arrays (see :data:`FEATURES`).
+        times_s: the oracle's step times in seconds (> 0).
+        name: name for the fitted model.
+        seed: seed of the train / held-out permutation.
+        heldout_fraction: share of batches kept out of the fit.
+        min_c0_s: floor on the intercept (LinearCostModel needs c0 > 0 so the clock advances).
+
+    Returns:
+        The fitted model with train and held-out errors.
+    """
+    y = np.asarray(times_s, dtype=np.float64)
+    if y.ndim != 1 or len(y) < 10 or not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise CostModelError("fit_linear needs at least 10 finite step times > 0 seconds")
+    if not (0.0 < heldout_fraction < 1.0):
+        raise CostModelError(f"heldout_fraction must be in (0, 1), got {heldout_fraction!r}")
+    a = design_matrix(features)
+    order = np.random.default_rng(seed).permutation(len(y))
+    n_held = max(1, int(round(heldout_fraction * len(y))))
+    held, train = order[:n_held], order[n_held:]
+    # Relative error: divide each row by its time, then scale columns to unit norm so that the
+    # solver sees a well-conditioned problem (prefill_attn is ~1e7 where num_prefill is ~1).
+    aw = a[train] / y[train, None]
+    scale = np.linalg.norm(aw, axis=0)
+    scale[scale == 0] = 1.0
+    coef = nnls(aw / scale, np.ones(len(train))) / scale
+    coef[0] = max(coef[0], min_c0_s)
+    model = LinearCostModel(*(float(v) for v in coef), name=name)
+    pred = model.step_times(*(features[f] for f in FEATURES))
+    return FitResult(
+        model=model,
+        train=FitStats.of(pred[train], y[train]),
+        heldout=FitStats.of(pred[held], y[held]),
+        seed=seed,
+        heldout_fraction=heldout_fraction,
+    )
