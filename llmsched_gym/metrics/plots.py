@@ -84,8 +84,11 @@ def _mean_p99_bars(ax: Axes, samples: Mapping[str, np.ndarray], label: str) -> N
     ax.bar(x + width / 2, p99s, width, label="p99")
     ax.set_xticks(x, names, rotation=20, ha="right")
     ax.set_ylabel(label)
+    tallest = np.nanmax([*means, *p99s, 0.0])
+    if tallest > 0:
+        ax.set_ylim(0, tallest * 1.15)  # headroom for the legend
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", ncols=2)
 
 
 def plot_comparison(
