@@ -140,8 +140,8 @@ class StepContext:
     ) -> int | None:
         """Admit a waiting request with a prefix lookup; returns tokens scheduled, or None.
 
-        ``num_tokens`` caps this step's tokens (default: the rest of the sequence, cut to the
-        budget: chunked prefill). ``full_sequence_must_fit`` is vLLM 0.32's admission gate. On
+        ``num_tokens`` is this step's tokens (default: the rest of the sequence cut to the
+        budget, i.e. chunked prefill); an explicit value must fit the remaining budget. ``full_sequence_must_fit`` is vLLM 0.32's admission gate. On
         None nothing changed. ``hit`` passes a lookup already made this step.
         """
         eng = self._engine
@@ -154,9 +154,8 @@ class StepContext:
             )
         hit_blocks, hit_tokens = hit if hit is not None else eng.kv.get_computed_blocks(req)
         remaining = req.num_tokens - hit_tokens
-        n = remaining if num_tokens is None else num_tokens
-        n = min(n, self.token_budget)
-        if not 1 <= n <= remaining:
+        n = min(remaining, self.token_budget) if num_tokens is None else num_tokens
+        if not 1 <= n <= min(remaining, self.token_budget):
             raise PolicyError(
                 f"admit({req.request_id!r}, {num_tokens}): must schedule between 1 and {remaining} "
                 f"tokens within the token budget {self.token_budget}"
@@ -265,6 +264,7 @@ class Engine:
         self.num_steps = 0
         self.num_ff_steps = 0
         self.num_preemptions = 0
+        self._stall = 0
         self.finished: list[Request] = []
         self._pending: list[RequestSpec] = []
         self._next_arrival = 0
@@ -318,7 +318,6 @@ class Engine:
     # -- the loop ----------------------------------------------------------------------------
     def run(self, until: float | None = None, progress: Callable[[int], None] | None = None) -> None:
         """Run until every request finished (or the clock passes ``until``)."""
-        stall = 0
         last_done = 0
         while True:
             self._admit_arrivals()
@@ -330,14 +329,7 @@ class Engine:
             if until is not None and self.now >= until:
                 break
             if not (self.fast_forward and self._try_fast_forward()):
-                progressed = self._step()
-                stall = 0 if progressed else stall + 1
-                if stall > _STALL_LIMIT:
-                    raise PolicyError(
-                        f"policy {self.policy.name!r} scheduled nothing for {_STALL_LIMIT} "
-                        f"consecutive steps with {len(self.waiting)} waiting and "
-                        f"{len(self.running)} running requests at t={self.now:.3f} s"
-                    )
+                self._step()
             if progress is not None and len(self.finished) != last_done:
                 progress(len(self.finished) - last_done)
                 last_done = len(self.finished)
@@ -387,6 +379,16 @@ class Engine:
             self._record_step(duration, tokens, npf, ndc, ctx, len(finished), num_free_after_schedule)
         self.now = end
         self.num_steps += 1
+        if scheduled or ctx.preempted:
+            self._stall = 0
+        else:
+            self._stall += 1
+            if self._stall > _STALL_LIMIT:
+                raise PolicyError(
+                    f"policy {self.policy.name!r} scheduled nothing for {_STALL_LIMIT} "
+                    f"consecutive steps with {len(self.waiting)} waiting and "
+                    f"{len(self.running)} running requests at t={self.now:.3f} s (a deadlock)"
+                )
         return bool(scheduled) or bool(ctx.preempted)
 
     def _update_from_output(self, scheduled: dict[Request, int], end: float, duration: float) -> list[Request]:

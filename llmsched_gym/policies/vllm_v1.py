@@ -84,6 +84,6 @@ class VllmV1Policy(SchedulingPolicy):
             n = req.num_tokens - hit[1]
             if 0 < threshold < n:
                 n = threshold
-            if ctx.admit(req, n, hit=hit) is None:
+            if ctx.admit(req, min(n, ctx.token_budget), hit=hit) is None:
                 break
 

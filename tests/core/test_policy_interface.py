@@ -31,32 +31,39 @@ class ReferenceLikePolicy(SchedulingPolicy):
     def schedule(self, ctx: StepContext) -> None:
         prefilling = [r for r in ctx.running if r.num_tokens - r.num_computed_tokens > 1]
         if ctx.waiting or prefilling:
-            self.kinds.append("prefill")
-            for r in prefilling:  # continue running chunks at the request's own chunk size
-                n = min(CHUNK[r.request_id], r.num_tokens - r.num_computed_tokens, ctx.token_budget)
-                if n and not ctx.schedule_running(r, n):
-                    return
-            self.outputs_in_prefill_steps.extend(r.num_output_tokens for r in ctx.scheduled)
-            while ctx.waiting and len(ctx.running) < ctx.max_num_seqs and ctx.token_budget:
-                r = ctx.waiting.peek()
-                hit = ctx.lookup(r)
-                n = min(CHUNK[r.request_id], r.num_tokens - hit[1])
-                # Slots for the rest of the prompt and every future decode token: I + O - 1.
-                ahead = (r.num_tokens - hit[1] - n) + r.max_tokens - 1 if self.reserve else 0
-                if ctx.admit(r, n, num_lookahead_tokens=ahead, hit=hit) is None:
-                    break
-            return
+            self._prefill(ctx, prefilling)
+            if ctx.scheduled or ctx.preempted:
+                self.kinds.append("prefill")
+                return
         self.kinds.append("decode")
         for r in list(ctx.running):
-            if r not in ctx.running:
-                continue
-            while not ctx.schedule_running(r, 1):
-                # Evict the request that has processed the fewest tokens (not vLLM's newest).
-                victim = min(ctx.running, key=lambda x: (x.num_computed_tokens, x.seq))
-                self.victims.append((victim.request_id, ctx.running[-1].request_id))
-                ctx.preempt(victim)
-                if victim is r:
-                    break
+            if r in ctx.running:
+                self._schedule_or_evict(ctx, r, 1)
+
+    def _prefill(self, ctx, prefilling) -> None:
+        for r in prefilling:  # continue running chunks at the request's own chunk size
+            n = min(CHUNK[r.request_id], r.num_tokens - r.num_computed_tokens, ctx.token_budget)
+            if r in ctx.running and n and not self._schedule_or_evict(ctx, r, n):
+                return
+        while ctx.waiting and len(ctx.running) < ctx.max_num_seqs and ctx.token_budget:
+            r = ctx.waiting.peek()
+            hit = ctx.lookup(r)
+            n = min(CHUNK[r.request_id], r.num_tokens - hit[1])
+            # Slots for the rest of the prompt and every future decode token: I + O - 1.
+            ahead = (r.num_tokens - hit[1] - n) + r.max_tokens - 1 if self.reserve else 0
+            if ctx.admit(r, n, num_lookahead_tokens=ahead, hit=hit) is None:
+                break
+        self.outputs_in_prefill_steps.extend(r.num_output_tokens for r in ctx.scheduled)
+
+    def _schedule_or_evict(self, ctx, r, n) -> bool:
+        while not ctx.schedule_running(r, n):
+            # Evict the request that has processed the fewest tokens (not vLLM's newest).
+            victim = min(ctx.running, key=lambda x: (x.num_computed_tokens, x.seq))
+            self.victims.append((victim.request_id, ctx.running[-1].request_id))
+            ctx.preempt(victim)
+            if victim is r:
+                return False
+        return True
 
 
 def _run(reserve: bool, num_gpu_blocks: int):
@@ -109,10 +116,24 @@ def test_engine_enforces_budget_and_state():
             r = ctx.waiting.peek()
             ctx.admit(r, ctx.token_budget + 1)
 
-    eng, _ = tiny_engine(Greedy())
+    eng, _ = tiny_engine(Greedy(), num_gpu_blocks=80)
     eng.add_requests([spec("a", 200, 1)])
     with pytest.raises(PolicyError, match="token budget"):
         eng.run()
+
+
+def test_deadlocked_policy_is_an_error_not_a_hang():
+    class Idle(SchedulingPolicy):
+        name = "idle"
+
+        def schedule(self, ctx):
+            pass
+
+    eng, _ = tiny_engine(Idle())
+    eng.add_requests([spec("a", 8, 3)])
+    with pytest.raises(PolicyError, match="scheduled nothing"):
+        while eng.step():
+            pass
 
 
 def test_true_output_length_needs_oracle_flag():
