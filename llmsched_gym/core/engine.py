@@ -189,7 +189,7 @@ class StepContext:
         self.running.remove(req)
         n = self.scheduled.pop(req, 0)
         self.token_budget += n
-        eng.kv.free(req)
+        eng.kv.free(req, preempted=True)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1

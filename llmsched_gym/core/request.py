@@ -90,6 +90,7 @@ class Request:
         "num_cached_blocks",
         "_keys",
         "_num_shareable_blocks",
+        "_unique_entries",
         "_output_len",
         "first_scheduled_time",
         "first_token_time",
@@ -120,6 +121,8 @@ class Request:
         """Leading blocks already registered in the prefix cache."""
         self._keys: list = []
         self._num_shareable_blocks = _num_shareable_blocks(spec, block_size)
+        self._unique_entries: list[list[int]] = []
+        """Per block index past the shareable prefix: packed (stamp, block) cache entries."""
         self._output_len = min(spec.output_len, spec.max_tokens)
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
@@ -146,19 +149,22 @@ class Request:
     def block_key(self, i: int, block_size: int):
         """Prefix-cache key of the request's ``i``-th full block (vLLM's chained block hash).
 
-        Blocks lying wholly inside a prompt with known content (token ids or Mooncake hashes) get
-        a content key chained over the prefix; any block holding generated tokens, or prompt
-        tokens of a length-only trace, is unique to this request: ``(seq, i)``. Generated tokens
-        are unique per request in the simulator, so this matches vLLM's chain hash exactly.
+        Only blocks lying wholly inside a prompt with known content (token ids or Mooncake
+        hashes, ``i < num_shareable_blocks``) have a content key, chained over the prefix. Any
+        block holding generated tokens, or prompt tokens of a length-only trace, is unique to
+        this request (generated tokens are unique per request in the simulator, so this matches
+        vLLM's chain hash exactly); such blocks are cached by stamp, not by key.
         """
         keys = self._keys
         while len(keys) <= i:
             j = len(keys)
-            if j < self._num_shareable_blocks:
-                keys.append(_content_key(self.spec, j, block_size, keys[-1] if keys else 0))
-            else:
-                keys.append((self.seq, j))
+            keys.append(_content_key(self.spec, j, block_size, keys[-1] if keys else 0))
         return keys[i]
+
+    @property
+    def num_shareable_blocks(self) -> int:
+        """Leading full prompt blocks whose content other requests may share."""
+        return self._num_shareable_blocks
 
 
 def _num_shareable_blocks(spec: RequestSpec, block_size: int) -> int:

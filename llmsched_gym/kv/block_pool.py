@@ -27,6 +27,12 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.ref_cnt: list[int] = [0] * n
         self.block_hash: list[Hashable | None] = [None] * n
+        # Blocks whose content is unique to one request (generated tokens, or prompts given by
+        # length only) can only ever be hit by that request after a preemption. They carry a
+        # stamp instead of a map entry; the request keeps the stamps it issued per block index
+        # (see ``tag_unique``), which reproduces the map's first-inserted-wins semantics.
+        self.tag: list[int] = [0] * n
+        self._stamp = 0
         # Linked list over ids 0..n-1 with sentinels HEAD = n and TAIL = n + 1.
         self._head, self._tail = n, n + 1
         self._next: list[int] = list(range(1, n + 1)) + [0, -1]
@@ -88,9 +94,24 @@ class BlockPool:
             elif len(entry) == 1:
                 self._cached[key] = entry[0]
 
+    def tag_unique(self, b: int) -> int:
+        """Mark block ``b`` as cached unique content; returns its packed (stamp, block) entry."""
+        self._stamp += 1
+        self.tag[b] = self._stamp
+        return (self._stamp << 24) | b
+
+    def valid_unique(self, entries: list[int]) -> int | None:
+        """The first block of ``entries`` (packed by ``tag_unique``) still holding its stamp."""
+        tag = self.tag
+        for e in entries:
+            b = e & 0xFFFFFF
+            if tag[b] == e >> 24:
+                return b
+        return None
+
     def cache_block(self, b: int, key: Hashable) -> None:
         """Register full block ``b`` under ``key`` (at schedule time, as vLLM does)."""
-        if self.block_hash[b] is not None:  # already cached (e.g. a prefix hit)
+        if self.block_hash[b] is not None or self.tag[b]:  # already cached (e.g. a prefix hit)
             return
         self.block_hash[b] = key
         entry = self._cached.get(key)
@@ -105,13 +126,14 @@ class BlockPool:
     def get_new_blocks(self, k: int) -> list[int]:
         """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
         assert k <= self.num_free, "caller must check free blocks first"
-        nxt, ref, bh = self._next, self.ref_cnt, self.block_hash
+        nxt, ref, bh, tag = self._next, self.ref_cnt, self.block_hash, self.tag
         out = []
         b = nxt[self._head]
         for _ in range(k):
             out.append(b)
             if bh[b] is not None:
                 self._evict_hash(b)
+            tag[b] = 0
             ref[b] = 1
             b = nxt[b]
         nxt[self._head] = b
@@ -132,22 +154,45 @@ class BlockPool:
         ref = self.ref_cnt
         return sum(1 for b in blocks if ref[b] == 0)
 
+    def free_request_blocks(self, blocks: list[int], num_hashed: int) -> None:
+        """Free a request's blocks tail first; the first ``num_hashed`` of them are cached.
+
+        Equivalent to ``free_blocks(reversed(blocks))`` when exactly the leading ``num_hashed``
+        blocks carry a hash, which holds for a request's own blocks (cached in order). Blocks of
+        unique content need no hash for this (see ``tag``).
+        """
+        ref = self.ref_cnt
+        first: list[int] = []
+        last: list[int] = []
+        for i in range(len(blocks) - 1, -1, -1):
+            b = blocks[i]
+            ref[b] -= 1
+            if ref[b] == 0:
+                if i < num_hashed:
+                    last.append(b)
+                else:
+                    first.append(b)
+        self._link_freed(first, last)
+
     def free_blocks(self, ordered: Iterable[int]) -> None:
         """Drop one reference from each block, ``ordered`` first-to-evict first (tail first).
 
         Blocks reaching zero references go to the front of the free queue when they carry no hash
         (or caching is off) and to the back when hashed, each group keeping ``ordered``'s order.
         """
-        ref, bh, caching = self.ref_cnt, self.block_hash, self.enable_caching
+        ref, bh, tag, caching = self.ref_cnt, self.block_hash, self.tag, self.enable_caching
         first: list[int] = []
         last: list[int] = []
         for b in ordered:
             ref[b] -= 1
             if ref[b] == 0:
-                if bh[b] is None or not caching:
+                if (bh[b] is None and not tag[b]) or not caching:
                     first.append(b)
                 else:
                     last.append(b)
+        self._link_freed(first, last)
+
+    def _link_freed(self, first: list[int], last: list[int]) -> None:
         nxt, prv = self._next, self._prev
         if first:
             p = self._head

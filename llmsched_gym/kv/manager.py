@@ -46,10 +46,18 @@ class KVCacheManager:
         if not self.enable_caching:
             return [], 0
         bs = self.block_size
-        pool_get = self.pool.get_cached_block
+        pool = self.pool
         hit: list[int] = []
-        for i in range((req.num_tokens - 1) // bs):
-            b = pool_get(req.block_key(i, bs))
+        max_blocks = (req.num_tokens - 1) // bs
+        shareable = min(req._num_shareable_blocks, max_blocks)
+        for i in range(shareable):
+            b = pool.get_cached_block(req.block_key(i, bs))
+            if b is None:
+                return hit, len(hit) * bs
+            hit.append(b)
+        entries = req._unique_entries
+        for i in range(shareable, min(max_blocks, req._num_shareable_blocks + len(entries))):
+            b = pool.valid_unique(entries[i - req._num_shareable_blocks])
             if b is None:
                 break
             hit.append(b)
@@ -121,14 +129,36 @@ class KVCacheManager:
         start = req.num_cached_blocks
         if start >= num_full:
             return
-        bs, blocks, cache = self.block_size, req.blocks, self.pool.cache_block
-        for i in range(start, num_full):
-            cache(blocks[i], req.block_key(i, bs))
+        bs, blocks, pool = self.block_size, req.blocks, self.pool
+        shareable = req._num_shareable_blocks
+        for i in range(start, min(num_full, shareable)):
+            pool.cache_block(blocks[i], req.block_key(i, bs))
+        # Blocks of unique content need no registration now: only their owner can hit them,
+        # and only after a preemption, so ``free`` stamps them then (see BlockPool.tag).
         req.num_cached_blocks = num_full
 
-    def free(self, req: Request) -> None:
-        """Release all of ``req``'s blocks, tail first (so a chain's tail is evicted first)."""
-        if req.blocks:
-            self.pool.free_blocks(reversed(req.blocks))
-            req.blocks = []
+    def free(self, req: Request, preempted: bool = False) -> None:
+        """Release all of ``req``'s blocks, tail first (so a chain's tail is evicted first).
+
+        A preempted request may come back and hit its own cached blocks of unique content, so
+        those are stamped first, in block order; a stamp still valid at its lookup is a hit.
+        """
+        blocks = req.blocks
+        if not blocks:
+            req.num_cached_blocks = 0
+            return
+        pool = self.pool
+        num_hashed = req.num_cached_blocks if self.enable_caching else 0
+        if preempted and num_hashed > req._num_shareable_blocks:
+            shareable = req._num_shareable_blocks
+            entries = req._unique_entries
+            tag = pool.tag
+            for i in range(shareable, num_hashed):
+                b = blocks[i]
+                while len(entries) <= i - shareable:
+                    entries.append([])
+                if not tag[b]:
+                    entries[i - shareable].append(pool.tag_unique(b))
+        pool.free_request_blocks(blocks, num_hashed)
+        req.blocks = []
         req.num_cached_blocks = 0

@@ -58,7 +58,8 @@ def test_prefix_hits_exact_blocks_and_lru_eviction_order():
     # middle (2); the head (1) survives, so F hits one block only.
     eng.add_requests([spec("E", 8, arrival=eng.now)])
     eng.step()
-    assert eng.kv.pool.get_cached_block(eng.finished[-1].block_key(0, 4)) is not None
+    # E's two full blocks are cached (unique content) and return to the back, tail first.
+    assert eng.kv.pool.free_queue() == [1, 9, 8, 7, 6, 4, 5, 2, 3]
     eng.add_requests([spec("F", SHARED + [80], arrival=eng.now)])
     eng.step()
     assert eng.finished[-1].num_cached_tokens == 4

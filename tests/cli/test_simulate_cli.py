@@ -1,0 +1,112 @@
+"""``llmsched-gym simulate`` end to end: the contract's flags, outputs and error messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmsched_gym.cli.main import main
+
+TRACE = [
+    {"request_id": "a", "arrival_time": 0.0, "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9], "output_len": 4},
+    {"request_id": "b", "arrival_time": 0.5, "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 3], "output_len": 3},
+    {"request_id": "c", "arrival_time": 1.0, "prompt_len": 20, "output_len": 2, "priority": 1},
+]
+CONFIG = {
+    "max_num_batched_tokens": 16, "max_num_seqs": 4, "block_size": 4, "num_gpu_blocks": 12,
+    "enable_prefix_caching": True, "scheduling_policy": "fcfs", "long_prefill_token_threshold": 0,
+}  # fmt: skip
+
+
+def _write(tmp_path: Path, rows=TRACE, config=CONFIG) -> tuple[Path, Path]:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tmp_path / "engine.json"
+    cfg.write_text(json.dumps(config))
+    return trace, cfg
+
+
+def _simulate(tmp_path, *extra) -> tuple[int, Path]:
+    trace, cfg = _write(tmp_path)
+    log = tmp_path / "log.jsonl"
+    argv = ["simulate", "--trace", str(trace), "--engine-config", str(cfg), "--cost-model", "constant:1.0",
+            "--schedule-log", str(log), "--out", str(tmp_path / "out"), "--no-progress", *extra]  # fmt: skip
+    return main(argv), log
+
+
+def test_simulate_writes_log_records_and_summary(tmp_path, capsys):
+    rc, log = _simulate(tmp_path, "--record-steps")
+    assert rc == 0
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert lines[0]["step"] == 0 and lines[0]["time"] == 0.0
+    assert lines[0]["scheduled"] == {"a": 9} and lines[0]["new"] == {"a": 0}
+    assert [x["time"] for x in lines] == [float(i) for i in range(len(lines))]  # constant:1.0
+    assert lines[1]["new"] == {"b": 8}  # b arrived at 0.5, joins the step at 1.0; 2 blocks hit
+    finished = [rid for x in lines for rid in x["finished"]]
+    assert sorted(finished) == ["a", "b", "c"]
+    out = tmp_path / "out"
+    requests = (out / "requests.csv").read_text().splitlines()
+    assert requests[0].startswith("request_id,") and len(requests) == 4
+    assert (out / "steps.csv").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine_config"] == CONFIG and summary["summary"]["num_requests"] == 3
+    assert "ttft_s_p99" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("rows", "config", "message"),
+    [
+        ([{**TRACE[0], "output_len": -3}], CONFIG, "trace.jsonl:1: field 'output_len'"),
+        ([TRACE[0], {**TRACE[1], "colour": "red"}], CONFIG, "trace.jsonl:2"),
+        (TRACE, {**CONFIG, "max_num_batched_token": 8}, "unknown key(s) ['max_num_batched_token']"),
+        (TRACE, {**CONFIG, "block_size": 0}, "block_size must be a positive integer, got 0"),
+        ([{**TRACE[2], "prompt_len": 400}], CONFIG, "can never fit the KV cache"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_leaves_no_files(tmp_path, capsys, rows, config, message):
+    trace, cfg = _write(tmp_path, rows, config)
+    log = tmp_path / "log.jsonl"
+    rc = main(["simulate", "--trace", str(trace), "--engine-config", str(cfg), "--cost-model",
+               "constant:1.0", "--schedule-log", str(log), "--out", str(tmp_path / "out"), "--no-progress"])  # fmt: skip
+    assert rc == 2
+    assert message in capsys.readouterr().err
+    assert not log.exists()
+    leftovers = [p.name for p in tmp_path.rglob("*") if p.is_file() and p.name not in ("trace.jsonl", "engine.json")]
+    assert leftovers == []
+
+
+def test_flags_override_engine_config_and_unknown_scheduler(tmp_path, capsys):
+    rc, log = _simulate(tmp_path, "--max-num-batched-tokens", "4")
+    assert rc == 0
+    assert max(sum(json.loads(x)["scheduled"].values()) for x in log.read_text().splitlines()) <= 4
+    rc, _ = _simulate(tmp_path, "--scheduler", "vllm-v2")
+    assert rc == 2 and "unknown scheduler 'vllm-v2'" in capsys.readouterr().err
+
+
+def test_help_explains_options_in_vllm_terms():
+    out = subprocess.run(
+        [sys.executable, "-m", "llmsched_gym", "simulate", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for flag in ("--max-num-batched-tokens", "--num-gpu-blocks", "--enable-prefix-caching",
+                 "--scheduling-policy", "--long-prefill-token-threshold", "--schedule-log"):  # fmt: skip
+        assert flag in out
+
+
+def test_deterministic_across_processes_and_hash_seeds(tmp_path):
+    trace, cfg = _write(tmp_path)
+    logs = []
+    for seed in ("0", "12345"):
+        log = tmp_path / f"log{seed}.jsonl"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run(
+            [sys.executable, "-m", "llmsched_gym", "simulate", "--trace", str(trace), "--engine-config", str(cfg),
+             "--cost-model", "vidur:llama-2-7b@a100-80gb/tp1", "--schedule-log", str(log), "--no-progress"],
+            check=True, env=env, capture_output=True,
+        )  # fmt: skip
+        logs.append(log.read_bytes())
+    assert logs[0] == logs[1] and len(logs[0]) > 0
