@@ -46,7 +46,8 @@ def test_simulate_writes_log_records_and_summary(tmp_path, capsys):
     assert lines[0]["step"] == 0 and lines[0]["time"] == 0.0
     assert lines[0]["scheduled"] == {"a": 9} and lines[0]["new"] == {"a": 0}
     assert [x["time"] for x in lines] == [float(i) for i in range(len(lines))]  # constant:1.0
-    assert lines[1]["new"] == {"b": 8}  # b arrived at 0.5, joins the step at 1.0; 2 blocks hit
+    # b (arrived at 0.5) and c (at 1.0) join the step starting at 1.0; b hits 2 blocks.
+    assert lines[1]["new"] == {"b": 8, "c": 0}
     finished = [rid for x in lines for rid in x["finished"]]
     assert sorted(finished) == ["a", "b", "c"]
     out = tmp_path / "out"
