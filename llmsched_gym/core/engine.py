@@ -69,6 +69,18 @@ class StepContext:
         self.resumed = []
         self.preempted = []
         self.num_eligible = len(self.running) + len(self.waiting)
+        self._tokens = self._prefill_attn = self._decode_kv = 0
+        self._num_prefill = self._num_decode = 0
+
+    def _account(self, m: int, n: int, sign: int) -> None:
+        """Add (sign=1) or remove (-1) an item of n new tokens on m cached ones to the features."""
+        self._tokens += sign * n
+        if n == 1:
+            self._decode_kv += sign * m
+            self._num_decode += sign
+        else:
+            self._prefill_attn += sign * (n * n + 2 * m * n)
+            self._num_prefill += sign
 
     # -- reading -----------------------------------------------------------------------------
     @property
@@ -124,9 +136,16 @@ class StepContext:
                 f"schedule_running({req.request_id!r}, {num_tokens}): exceeds the remaining token "
                 f"budget {self.token_budget} (max_num_batched_tokens)"
             )
-        if self._engine.kv.allocate_slots(req, num_tokens, None, num_lookahead_tokens) is None:
+        kv = self._engine.kv
+        end = req.num_computed_tokens + num_tokens
+        if num_lookahead_tokens == 0 and end <= len(req.blocks) * self.block_size:
+            # Fast path (most decode steps): the slots exist; only newly full blocks get cached.
+            if kv.enable_caching and end // self.block_size > req.num_cached_blocks:
+                kv.cache_blocks(req, min(end, req.num_tokens))
+        elif kv.allocate_slots(req, num_tokens, None, num_lookahead_tokens) is None:
             return False
         self.scheduled[req] = num_tokens
+        self._account(req.num_computed_tokens, num_tokens, 1)
         self.token_budget -= num_tokens
         return True
 
@@ -174,6 +193,7 @@ class StepContext:
         req.status = RequestStatus.RUNNING
         req.num_computed_tokens = hit_tokens
         self.scheduled[req] = n
+        self._account(hit_tokens, n, 1)
         self.token_budget -= n
         return n
 
@@ -188,7 +208,9 @@ class StepContext:
         eng = self._engine
         self.running.remove(req)
         n = self.scheduled.pop(req, 0)
-        self.token_budget += n
+        if n:
+            self.token_budget += n
+            self._account(req.num_computed_tokens, n, -1)
         eng.kv.free(req, preempted=True)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
@@ -354,49 +376,20 @@ class Engine:
         self.policy.schedule(ctx)
         scheduled = ctx.scheduled
         num_free_after_schedule = self.kv.pool.num_free
-        # Features and the computed-token advance (vLLM's _update_after_schedule).
-        tokens = pa = dkv = npf = ndc = 0
-        for req, n in scheduled.items():
-            m = req.num_computed_tokens
-            if n == 1:
-                dkv += m
-                ndc += 1
-            else:
-                pa += n * n + 2 * m * n
-                npf += 1
-            tokens += n
-            req.num_computed_tokens = m + n
-            req.num_computed_total += n
-        if tokens > self.config.max_num_batched_tokens:
-            raise PolicyError(f"step {self.num_steps} scheduled {tokens} tokens > budget")
-        duration = self.cost_model.step_time(tokens, pa, dkv, npf, ndc)
-        end = self.now + duration
-        finished = self._update_from_output(scheduled, end, duration)
-        self.num_preemptions += len(ctx.preempted)
-        if self.schedule_log is not None:
-            self._log_step(ctx, num_free_after_schedule, finished)
-        if self._steps is not None:
-            self._record_step(duration, tokens, npf, ndc, ctx, len(finished), num_free_after_schedule)
-        self.now = end
-        self.num_steps += 1
-        if scheduled or ctx.preempted:
-            self._stall = 0
-        else:
-            self._stall += 1
-            if self._stall > _STALL_LIMIT:
-                raise PolicyError(
-                    f"policy {self.policy.name!r} scheduled nothing for {_STALL_LIMIT} "
-                    f"consecutive steps with {len(self.waiting)} waiting and "
-                    f"{len(self.running)} running requests at t={self.now:.3f} s (a deadlock)"
-                )
-        return bool(scheduled) or bool(ctx.preempted)
-
-    def _update_from_output(self, scheduled: dict[Request, int], end: float, duration: float) -> list[Request]:
-        finished: list[Request] = []
+        duration = self.cost_model.step_time(
+            ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill, ctx._num_decode
+        )
         now = self.now
+        end = now + duration
+        # Advance computed tokens (vLLM's _update_after_schedule), then sample one token for
+        # every request that caught up (update_from_output); finishers free in this order.
+        finished: list[Request] = []
         same_gap = 0
-        for req in scheduled:
-            if req.num_computed_tokens < req.num_tokens:
+        for req, n in scheduled.items():
+            c = req.num_computed_tokens + n
+            req.num_computed_tokens = c
+            req.num_computed_total += n
+            if c < req.num_tokens:
                 continue  # partial prefill chunk: nothing sampled
             req.num_tokens += 1
             req.num_output_tokens += 1
@@ -423,7 +416,24 @@ class Engine:
             done = set(finished)
             self.running[:] = [r for r in self.running if r not in done]
             self.finished.extend(finished)
-        return finished
+        self.num_preemptions += len(ctx.preempted)
+        if self.schedule_log is not None:
+            self._log_step(ctx, num_free_after_schedule, finished)
+        if self._steps is not None:
+            self._record_step(duration, ctx, len(finished), num_free_after_schedule)
+        self.now = end
+        self.num_steps += 1
+        if scheduled or ctx.preempted:
+            self._stall = 0
+        else:
+            self._stall += 1
+            if self._stall > _STALL_LIMIT:
+                raise PolicyError(
+                    f"policy {self.policy.name!r} scheduled nothing for {_STALL_LIMIT} "
+                    f"consecutive steps with {len(self.waiting)} waiting and "
+                    f"{len(self.running)} running requests at t={self.now:.3f} s (a deadlock)"
+                )
+        return bool(scheduled) or bool(ctx.preempted)
 
     # -- fast-forward ------------------------------------------------------------------------
     def _try_fast_forward(self) -> bool:
@@ -588,14 +598,14 @@ class Engine:
             s["num_waiting"].extend([n_waiting] * k)
             s["num_free_blocks"].extend(free_after)
 
-    def _record_step(self, duration, tokens, npf, ndc, ctx, nfin, num_free) -> None:
+    def _record_step(self, duration, ctx, nfin, num_free) -> None:
         s = self._steps
         s["step"].append(self.num_steps)
         s["time_s"].append(self.now)
         s["duration_s"].append(duration)
-        s["num_scheduled_tokens"].append(tokens)
-        s["num_prefill"].append(npf)
-        s["num_decode"].append(ndc)
+        s["num_scheduled_tokens"].append(ctx._tokens)
+        s["num_prefill"].append(ctx._num_prefill)
+        s["num_decode"].append(ctx._num_decode)
         s["num_new"].append(len(ctx.new))
         s["num_resumed"].append(len(ctx.resumed))
         s["num_preempted"].append(len(ctx.preempted))
