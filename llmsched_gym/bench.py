@@ -34,6 +34,21 @@ def decode_heavy_trace(num_requests: int = 600, seed: int = 0) -> list[RequestSp
     ]
 
 
+def offline_decode_batch(num_requests: int = 64, seed: int = 0, max_output: int = 2048) -> list[RequestSpec]:
+    """An offline batch (all at t=0, as InferMax's Sec. 4): short prompts, long outputs.
+
+    64 requests with outputs up to 2048 fit one A100's KV cache for Llama-2-7B, so the run is
+    long steady decode stretches broken only by completions.
+    """
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(32, 513, num_requests)
+    outputs = rng.integers(512, max_output + 1, num_requests)
+    return [
+        RequestSpec(f"offline-{i}", 0.0, int(prompts[i]), int(outputs[i]), int(outputs[i]))
+        for i in range(num_requests)
+    ]
+
+
 def _run(specs, profile: str, fast_forward: bool) -> tuple[float, int, int]:
     from llmsched_gym.simulation import simulate
 
@@ -63,18 +78,22 @@ def run_bench(quick: bool = False) -> dict[str, float]:
     limit = 2000 if quick else None
     workloads = [
         ("splitwise-conv (Azure conv 2023) on Llama-2-70B TP2 A100", load_trace("splitwise-conv", limit=limit), REFERENCE_PROFILE),
-        ("decode-heavy (600 req, outputs 256-2048) on Llama-2-7B A100", decode_heavy_trace(150 if quick else 600), DECODE_PROFILE),
+        ("decode-heavy online (600 req, 2 req/s) on Llama-2-7B A100", decode_heavy_trace(150 if quick else 600), DECODE_PROFILE),
+        ("decode-heavy offline (64 req at t=0, fits KV) on Llama-2-7B A100", offline_decode_batch(), DECODE_PROFILE),
+        ("memory-bound offline (256 req, outputs to 4096) on Llama-2-7B A100", offline_decode_batch(64 if quick else 256, max_output=4096), DECODE_PROFILE),
     ]  # fmt: skip
-    print(f"{'workload':<62} {'ff':>4} {'wall s':>8} {'req/s':>10} {'steps/s':>10} {'steps':>8}")
+    print(f"{'workload':<66} {'ff':>4} {'wall s':>8} {'req/s':>10} {'steps/s':>10} {'steps':>8}")
     for label, specs, profile in workloads:
         per = {}
         for ff in (True, False):
             wall, steps, nreq = _run(specs, profile, ff)
+            if wall < 1.0:  # short runs: best of three, to damp a shared machine's noise
+                wall = min([wall] + [_run(specs, profile, ff)[0] for _ in range(2)])
             per[ff] = (wall, steps)
-            print(f"{label:<62} {'on' if ff else 'off':>4} {wall:>8.3f} {nreq / wall:>10.0f} {steps / wall:>10.0f} {steps:>8}")
+            print(f"{label:<66} {'on' if ff else 'off':>4} {wall:>8.3f} {nreq / wall:>10.0f} {steps / wall:>10.0f} {steps:>8}")
         ratio = (per[True][1] / per[True][0]) / (per[False][1] / per[False][0])
-        print(f"{'':<62} fast-forward step-rate gain: {ratio:.2f}x")
-        key = label.split(" ")[0]
+        print(f"{'':<66} fast-forward step-rate gain: {ratio:.2f}x")
+        key = " ".join(label.split(" ")[:2])
         figures[f"{key}.wall_ff_on_s"] = per[True][0]
         figures[f"{key}.wall_ff_off_s"] = per[False][0]
         figures[f"{key}.ff_gain"] = ratio

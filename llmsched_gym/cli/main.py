@@ -13,7 +13,8 @@ from pathlib import Path
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.errors import LLMSchedError
 
-DEFAULT_COST_MODEL = "vidur:llama-2-70b@a100-80gb/tp2"
+DEFAULT_COST_MODEL = "vidur:llama-2-70b@h100-80gb/tp4"
+COMPARE_BATCHED_TOKENS = 16384
 DEFAULT_TRACE = "splitwise-conv"
 DEFAULT_SCHEDULERS = ("vllm-v1", "vllm-v0", "sarathi", "static-priority:shortest-prompt")
 
@@ -144,7 +145,7 @@ def _print_summary(result) -> None:
         f"{result.num_steps} steps ({result.num_fast_forward_steps} fast-forwarded) | "
         f"{result.wall_s:.2f} s wall | num_gpu_blocks={cfg.num_gpu_blocks}"
     )
-    keys = [k for k in _SUMMARY_KEYS if k in s]
+    keys = [k for k in _SUMMARY_KEYS if k in s and not (isinstance(s[k], float) and s[k] != s[k])]
     width = max(len(k) for k in keys)
     for k in keys:
         v = s[k]
@@ -180,6 +181,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     specs = load_trace(args.trace, limit=args.num_requests)
     settings = _engine_settings(args)
+    if "max_num_batched_tokens" not in settings:
+        # vllm-v0 cannot chunk a prefill: give every scheduler the same budget, large enough
+        # for the longest prompt of the shipped traces (14,050 tokens), as vLLM V0 required.
+        settings["max_num_batched_tokens"] = max(
+            COMPARE_BATCHED_TOKENS, max(s.prompt_len + s.output_len for s in specs)
+        )
     results = {}
     for name in args.schedulers.split(","):
         res = simulate(
@@ -193,6 +200,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(f"  {res.scheduler}: {res.num_steps} steps in {res.wall_s:.2f} s wall", file=sys.stderr)
         results[res.scheduler] = res
     table = compare({k: r.summary for k, r in results.items()})
+    table = table.dropna(axis=1, how="all")  # e.g. goodput when the trace sets no SLOs
     import pandas as pd
 
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
@@ -268,7 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="simulate one trace under several schedulers; print a table and write a plot",
         description="The main job: run the built-in schedulers on a real shipped trace, print a "
-        "comparison table, and write comparison.csv and comparison.png.",
+        "comparison table, and write comparison.csv and comparison.png. Unless set, "
+        f"max_num_batched_tokens is {COMPARE_BATCHED_TOKENS} (or the longest request) for every "
+        "scheduler, because vllm-v0 cannot chunk prefills.",
     )
     _add_run_args(p, DEFAULT_COST_MODEL)
     p.add_argument("--schedulers", default=",".join(DEFAULT_SCHEDULERS), metavar="A,B,...", help=sched_help)
