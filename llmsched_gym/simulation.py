@@ -38,56 +38,32 @@ class SimulationResult:
     wall_s: float = 0.0
 
 
+RAW_REQUEST_COLUMNS = (
+    "request_id", "arrival_time_s", "first_scheduled_time_s", "first_token_time_s",
+    "finish_time_s", "num_prompt_tokens", "num_output_tokens", "num_cached_tokens",
+    "num_computed_tokens", "num_refill_tokens", "num_preemptions", "priority", "weight",
+    "slo_ttft_s", "slo_tpot_s", "deadline_s", "job_id", "stage", "client_id",
+)  # fmt: skip
+"""Per-request columns the engine provides; ``requests_frame`` derives ttft, tpot, e2e, slo_met."""
+
+
 def request_columns(finished: Sequence[Request]) -> dict[str, list]:
-    """Per-request record columns (the raw ones; derived columns are added by the frame)."""
-    reqs = sorted(finished, key=lambda r: r.seq)
-    cols: dict[str, list] = {
-        "request_id": [],
-        "arrival_time_s": [],
-        "first_scheduled_time_s": [],
-        "first_token_time_s": [],
-        "finish_time_s": [],
-        "num_prompt_tokens": [],
-        "num_output_tokens": [],
-        "num_cached_tokens": [],
-        "num_computed_tokens": [],
-        "num_refill_tokens": [],
-        "num_preemptions": [],
-        "priority": [],
-        "weight": [],
-        "slo_ttft_s": [],
-        "slo_tpot_s": [],
-        "deadline_s": [],
-        "job_id": [],
-        "stage": [],
-        "client_id": [],
-    }
-    a = cols.__getitem__
-    for r in reqs:
+    """Per-request record columns (raw ones; derived columns are added by the frame)."""
+    rows = []
+    for r in sorted(finished, key=lambda r: r.seq):
         s = r.spec
-        a("request_id").append(r.request_id)
-        a("arrival_time_s").append(r.arrival_time)
-        a("first_scheduled_time_s").append(r.first_scheduled_time)
-        a("first_token_time_s").append(r.first_token_time)
-        a("finish_time_s").append(r.finish_time)
-        a("num_prompt_tokens").append(r.num_prompt_tokens)
-        a("num_output_tokens").append(r.num_output_tokens)
-        a("num_cached_tokens").append(r.num_cached_tokens)
-        a("num_computed_tokens").append(r.num_computed_total)
-        # Tokens computed beyond a single pass over prompt + output (the last token is sampled,
-        # never computed) minus the first prefix hit: recomputation after preemptions.
+        # Refill: tokens computed beyond one pass over prompt + output (the last token is
+        # sampled, never computed) minus the first prefix hit, i.e. recomputation after preemption.
         first_pass = r.num_prompt_tokens + r.num_output_tokens - 1 - r.num_cached_tokens
-        a("num_refill_tokens").append(r.num_computed_total - first_pass)
-        a("num_preemptions").append(r.num_preemptions)
-        a("priority").append(r.priority)
-        a("weight").append(s.weight)
-        a("slo_ttft_s").append(s.slo_ttft_s)
-        a("slo_tpot_s").append(s.slo_tpot_s)
-        a("deadline_s").append(s.deadline_s)
-        a("job_id").append(s.job_id)
-        a("stage").append(s.stage)
-        a("client_id").append(s.client_id)
-    return cols
+        rows.append((
+            r.request_id, r.arrival_time, r.first_scheduled_time, r.first_token_time,
+            r.finish_time, r.num_prompt_tokens, r.num_output_tokens, r.num_cached_tokens,
+            r.num_computed_total, r.num_computed_total - first_pass, r.num_preemptions,
+            r.priority, s.weight, s.slo_ttft_s, s.slo_tpot_s, s.deadline_s, s.job_id, s.stage,
+            s.client_id,
+        ))  # fmt: skip
+    columns = list(zip(*rows)) if rows else [()] * len(RAW_REQUEST_COLUMNS)
+    return {name: list(col) for name, col in zip(RAW_REQUEST_COLUMNS, columns)}
 
 
 def resolve_config(

@@ -29,6 +29,7 @@ from llmsched_gym.core.queues import FCFSQueue, PriorityQueue, vllm_priority_key
 from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
 from llmsched_gym.errors import ConfigError, PolicyError, TraceError
 from llmsched_gym.kv.manager import KVCacheManager, cdiv
+from llmsched_gym.metrics.columns import StepColumn
 
 _STALL_LIMIT = 10_000
 
@@ -619,25 +620,12 @@ class Engine:
         if self._steps is None:
             raise ConfigError("per-step records were not enabled (record_steps=False)")
         cols = {k: np.asarray(v) for k, v in self._steps.items()}
-        cols["kv_cache_usage"] = 1.0 - cols["num_free_blocks"] / (self.config.num_gpu_blocks - 1)
+        cols[StepColumn.KV_CACHE_USAGE.value] = 1.0 - cols["num_free_blocks"] / (self.config.num_gpu_blocks - 1)
         return cols
 
 
-_STEP_FIELDS = (
-    "step",
-    "time_s",
-    "duration_s",
-    "num_scheduled_tokens",
-    "num_prefill",
-    "num_decode",
-    "num_new",
-    "num_resumed",
-    "num_preempted",
-    "num_finished",
-    "num_running",
-    "num_waiting",
-    "num_free_blocks",
-)
+# Raw per-step columns the engine records; kv_cache_usage is derived from num_free_blocks.
+_STEP_FIELDS = tuple(c.value for c in StepColumn if c is not StepColumn.KV_CACHE_USAGE)
 
 
 def _max_steps_within_blocks(offsets: list[int], bs: int, free: int, k_max: int) -> int:
