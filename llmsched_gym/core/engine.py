@@ -101,6 +101,11 @@ class StepContext:
         """
         return self._engine.kv.get_computed_blocks(req)
 
+    def surely_blocked(self, req: Request) -> bool:
+        """True when ``req`` cannot pass the full-sequence admission gate now (no lookup needed);
+        False means "maybe": ``admit`` decides."""
+        return self._engine.kv.surely_blocked(req)
+
     def blocks_needed_to_admit(self, req: Request) -> int:
         """Free blocks the admission gate would ask of ``req`` now."""
         hits, _ = self._engine.kv.get_computed_blocks(req)
@@ -465,9 +470,10 @@ class Engine:
             # Admission needs (blocks_to_admit <= free); during the stretch free blocks only
             # shrink and the head's need only grows (hits can only be evicted), so a blocked
             # head stays blocked.
-            hits, _ = self.kv.get_computed_blocks(head)
-            if self.kv.blocks_to_admit(head, hits) <= self.kv.pool.num_free:
-                return False
+            if not self.kv.surely_blocked(head):
+                hits, _ = self.kv.get_computed_blocks(head)
+                if self.kv.blocks_to_admit(head, hits) <= self.kv.pool.num_free:
+                    return False
         # Block-boundary allocations: request i needs a new block at step offsets
         # o_i, o_i + bs, ... where o_i = len(blocks)*bs - num_computed_tokens.
         bs = self.config.block_size

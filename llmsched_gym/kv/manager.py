@@ -74,6 +74,16 @@ class KVCacheManager:
             self.queries += req.num_tokens
             self.hits += num_hit_tokens
 
+    def surely_blocked(self, req: Request) -> bool:
+        """Whether the full-sequence admission gate must fail for waiting ``req`` right now.
+
+        A cheap bound without a prefix lookup: only hit blocks still referenced by running
+        requests reduce the need, and those can only be shared prompt blocks (a waiting
+        request's unique blocks are unreferenced), so need >= blocks(seq) - shareable blocks.
+        """
+        need_lb = cdiv(req.num_tokens, self.block_size) - req._num_shareable_blocks
+        return need_lb > self.pool.num_free
+
     def blocks_to_admit(self, req: Request, hit_blocks: list[int]) -> int:
         """Free blocks a waiting request needs to hold its whole current sequence.
 

@@ -80,6 +80,8 @@ class VllmV1Policy(SchedulingPolicy):
         waiting = ctx.waiting
         while ctx.token_budget > 0 and waiting and len(running) < ctx.max_num_seqs:
             req = waiting.peek()
+            if ctx.surely_blocked(req):  # allocate_slots would return None: skip the lookup
+                break
             hit = ctx.lookup(req)
             n = req.num_tokens - hit[1]
             if 0 < threshold < n:
