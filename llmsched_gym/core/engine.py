@@ -483,26 +483,44 @@ class Engine:
         k = _max_steps_within_blocks(offsets, bs, free, k)
         if k < 2:
             return False
-        # Arrivals: every step of the stretch must start before the next arrival.
+        # Step times (the same float operations as stepping one at a time), cut at the next
+        # arrival: every step of the stretch must start before it.
         m0 = sum(r.num_computed_tokens for r in running)
-        steps = np.arange(k, dtype=np.int64)
-        nn = np.full(k, n, dtype=np.int64)
-        durations = self.cost_model.step_times(
-            nn, np.zeros(k, dtype=np.int64), m0 + steps * n, np.zeros(k, dtype=np.int64), nn
+        t_next = (
+            self._pending[self._next_arrival].arrival_time
+            if self._next_arrival < len(self._pending)
+            else float("inf")
         )
-        starts = np.empty(k + 1, dtype=np.float64)
-        starts[0] = self.now
-        # Sequential float additions, the same as stepping one at a time.
-        np.cumsum(np.concatenate(([self.now], durations)), out=starts)
-        if self._next_arrival < len(self._pending):
-            t_next = self._pending[self._next_arrival].arrival_time
-            k = min(k, int(np.searchsorted(starts[:k], t_next, side="left")))
-            if k < 2:
-                return False
-        self._advance_decode_stretch(k, offsets, durations[:k], starts[: k + 1])
+        now = self.now
+        if k <= 256:
+            step_time = self.cost_model.step_time
+            durations: list[float] = []
+            starts = [now]
+            t = now
+            for j in range(k):
+                if t >= t_next:
+                    break
+                d = step_time(n, 0, m0 + j * n, 0, n)
+                durations.append(d)
+                t = t + d
+                starts.append(t)
+            k = len(durations)
+        else:
+            steps = np.arange(k, dtype=np.int64)
+            nn = np.full(k, n, dtype=np.int64)
+            zero = np.zeros(k, dtype=np.int64)
+            dur = self.cost_model.step_times(nn, zero, m0 + steps * n, zero, nn)
+            st = np.cumsum(np.concatenate(([now], dur)))  # sequential additions
+            k = min(k, int(np.searchsorted(st[:k], t_next, side="left")))
+            durations, starts = dur[:k].tolist(), st[: k + 1].tolist()
+        if k < 2:
+            return False
+        self._advance_decode_stretch(k, offsets, durations, starts)
         return True
 
-    def _advance_decode_stretch(self, k: int, offsets: list[int], durations: np.ndarray, starts: np.ndarray) -> None:
+    def _advance_decode_stretch(
+        self, k: int, offsets: list[int], durations: list[float], starts: list[float]
+    ) -> None:
         running = self.running
         n = len(running)
         bs = self.config.block_size
@@ -527,9 +545,7 @@ class Engine:
         for j, pos in events:
             req = running[pos]
             req.blocks.extend(pool.get_new_blocks(1))
-        end_times = starts[1:]
-        last_end = float(end_times[-1])
-        first_end = float(end_times[0])
+        first_end, last_end = starts[1], starts[k]
         now = self.now
         n_same_first = 0
         for req in running:
@@ -550,9 +566,9 @@ class Engine:
                 self.itl_weights.append(1)
             req.last_token_time = last_end
         if n_same_first:
-            self.itl_values.append(float(durations[0]))
+            self.itl_values.append(durations[0])
             self.itl_weights.append(n_same_first)
-        self.itl_values.extend(durations[1:].tolist())
+        self.itl_values.extend(durations[1:])
         self.itl_weights.extend([n] * (k - 1))
         if free_after is not None:
             self._log_stretch(k, starts, durations, free_after)
@@ -576,7 +592,9 @@ class Engine:
         }
         self.schedule_log.write(json.dumps(line) + "\n")
 
-    def _log_stretch(self, k: int, starts: np.ndarray, durations: np.ndarray, free_after: list[int]) -> None:
+    def _log_stretch(
+        self, k: int, starts: list[float], durations: list[float], free_after: list[int]
+    ) -> None:
         """Emit the per-step log lines and records of a fast-forwarded stretch."""
         ids = [r.request_id for r in self.running]
         n, n_waiting = len(ids), len(self.waiting)
@@ -586,7 +604,7 @@ class Engine:
             scheduled = json.dumps({rid: 1 for rid in ids})
             for j in range(k):
                 write(
-                    f'{{"step": {base + j}, "time": {json.dumps(float(starts[j]))}, '
+                    f'{{"step": {base + j}, "time": {json.dumps(starts[j])}, '
                     f'"scheduled": {scheduled}, "new": {{}}, "resumed": {{}}, "preempted": [], '
                     f'"finished": [], "num_free_blocks": {free_after[j]}, '
                     f'"num_running": {n}, "num_waiting": {n_waiting}}}\n'
@@ -594,8 +612,8 @@ class Engine:
         if self._steps is not None:
             s = self._steps
             s["step"].extend(range(base, base + k))
-            s["time_s"].extend(starts[:k].tolist())
-            s["duration_s"].extend(durations.tolist())
+            s["time_s"].extend(starts[:k])
+            s["duration_s"].extend(durations)
             s["num_scheduled_tokens"].extend([n] * k)
             s["num_prefill"].extend([0] * k)
             s["num_decode"].extend([n] * k)

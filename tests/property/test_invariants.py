@@ -111,3 +111,18 @@ def _expand(eng):
     for v, w in zip(eng.itl_values, eng.itl_weights):
         out.extend([v] * w)
     return sorted(out)
+
+
+def test_fast_forward_identical_on_long_stretches():
+    """Stretches longer than 256 steps take the vectorised path; it must match stepping too."""
+    specs = [
+        RequestSpec(f"long{i}", 0.25 * i, 17 + 13 * i, 700 + 97 * i, 700 + 97 * i) for i in range(6)
+    ] + [RequestSpec("late", 900.0, 40, 30, 30)]
+    cfg = EngineConfig(max_num_batched_tokens=64, max_num_seqs=8, block_size=16, num_gpu_blocks=400)
+    cost = LinearCostModel(0.03, 2e-4, 1e-7, 3.3e-6, 1e-3, 2e-4)
+    slow, slow_log = _run(cfg, specs, "vllm-v1", ff=False, cost=cost)
+    fast, fast_log = _run(cfg, specs, "vllm-v1", ff=True, cost=cost)
+    assert fast.num_ff_steps > 1000
+    assert fast_log == slow_log
+    assert request_columns(fast.finished) == request_columns(slow.finished)
+    assert _expand(fast) == _expand(slow)
