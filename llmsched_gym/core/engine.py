@@ -458,8 +458,8 @@ class Engine:
             left = r._output_len - r.num_output_tokens
             if left < min_left:
                 min_left = left
-        # Steps in which nobody finishes (the finishing step runs on the normal path).
-        k = min_left - 1
+        # Nobody finishes before the stretch's last step (finishers free after it).
+        k = min_left
         if k < 2:
             return False
         waiting = self.waiting
@@ -570,8 +570,18 @@ class Engine:
             self.itl_weights.append(n_same_first)
         self.itl_values.extend(durations[1:])
         self.itl_weights.extend([n] * (k - 1))
+        finished = [r for r in running if r.num_output_tokens >= r._output_len]
         if free_after is not None:
-            self._log_stretch(k, starts, durations, free_after)
+            self._log_stretch(k, starts, durations, free_after, [r.request_id for r in finished])
+        if finished:  # freed in scheduling (= running) order, as a stepped finish would be
+            for req in finished:
+                req.status = RequestStatus.FINISHED
+                req.finish_time = last_end
+                kv.free(req)
+                self.policy.on_finish(req, last_end)
+            done = set(finished)
+            running[:] = [r for r in running if r not in done]
+            self.finished.extend(finished)
         self.now = last_end
         self.num_steps += k
         self.num_ff_steps += k
@@ -593,21 +603,31 @@ class Engine:
         self.schedule_log.write(json.dumps(line) + "\n")
 
     def _log_stretch(
-        self, k: int, starts: list[float], durations: list[float], free_after: list[int]
+        self,
+        k: int,
+        starts: list[float],
+        durations: list[float],
+        free_after: list[int],
+        finished_ids: list[str],
     ) -> None:
-        """Emit the per-step log lines and records of a fast-forwarded stretch."""
+        """Emit the per-step log lines and records of a fast-forwarded stretch.
+
+        Called before the finishers of the last step leave ``running``.
+        """
         ids = [r.request_id for r in self.running]
-        n, n_waiting = len(ids), len(self.waiting)
+        n, n_waiting, nf = len(ids), len(self.waiting), len(finished_ids)
         base = self.num_steps
         if self.schedule_log is not None:
             write = self.schedule_log.write
             scheduled = json.dumps({rid: 1 for rid in ids})
             for j in range(k):
+                last = j == k - 1
                 write(
                     f'{{"step": {base + j}, "time": {json.dumps(starts[j])}, '
                     f'"scheduled": {scheduled}, "new": {{}}, "resumed": {{}}, "preempted": [], '
-                    f'"finished": [], "num_free_blocks": {free_after[j]}, '
-                    f'"num_running": {n}, "num_waiting": {n_waiting}}}\n'
+                    f'"finished": {json.dumps(finished_ids) if last else "[]"}, '
+                    f'"num_free_blocks": {free_after[j]}, '
+                    f'"num_running": {n - nf if last else n}, "num_waiting": {n_waiting}}}\n'
                 )
         if self._steps is not None:
             s = self._steps
@@ -617,9 +637,10 @@ class Engine:
             s["num_scheduled_tokens"].extend([n] * k)
             s["num_prefill"].extend([0] * k)
             s["num_decode"].extend([n] * k)
-            for key in ("num_new", "num_resumed", "num_preempted", "num_finished"):
+            for key in ("num_new", "num_resumed", "num_preempted"):
                 s[key].extend([0] * k)
-            s["num_running"].extend([n] * k)
+            s["num_finished"].extend([0] * (k - 1) + [nf])
+            s["num_running"].extend([n] * (k - 1) + [n - nf])
             s["num_waiting"].extend([n_waiting] * k)
             s["num_free_blocks"].extend(free_after)
 

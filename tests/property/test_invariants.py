@@ -53,7 +53,7 @@ def _run(cfg, specs, policy, ff, cost, check=False):
         need = max(s.prompt_len + s.output_len for s in specs)
         cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, need))
     log = io.StringIO()
-    eng = Engine(cfg, make_policy(policy), cost, fast_forward=ff, schedule_log=log)
+    eng = Engine(cfg, make_policy(policy), cost, fast_forward=ff, schedule_log=log, record_steps=True)
     eng.add_requests(specs)
     if check:
         usable = cfg.num_gpu_blocks - 1
@@ -104,6 +104,14 @@ def test_fast_forward_identical(workload, policy, linear):
     assert fast_log == slow_log
     assert request_columns(fast.finished) == request_columns(slow.finished)
     assert _expand(fast) == _expand(slow)
+    _same_steps(fast, slow)
+
+
+def _same_steps(a, b):
+    ca, cb = a.step_columns(), b.step_columns()
+    assert ca.keys() == cb.keys()
+    for key in ca:
+        assert ca[key].tolist() == cb[key].tolist(), key
 
 
 def _expand(eng):
@@ -126,3 +134,4 @@ def test_fast_forward_identical_on_long_stretches():
     assert fast_log == slow_log
     assert request_columns(fast.finished) == request_columns(slow.finished)
     assert _expand(fast) == _expand(slow)
+    _same_steps(fast, slow)
