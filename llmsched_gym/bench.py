@@ -29,12 +29,16 @@ def decode_heavy_trace(num_requests: int = 600, seed: int = 0) -> list[RequestSp
     prompts = rng.integers(32, 513, num_requests)
     outputs = rng.integers(256, 2049, num_requests)
     return [
-        RequestSpec(f"decode-{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i]), int(outputs[i]))
+        RequestSpec(
+            f"decode-{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i]), int(outputs[i])
+        )
         for i in range(num_requests)
     ]
 
 
-def offline_decode_batch(num_requests: int = 64, seed: int = 0, max_output: int = 2048) -> list[RequestSpec]:
+def offline_decode_batch(
+    num_requests: int = 64, seed: int = 0, max_output: int = 2048
+) -> list[RequestSpec]:
     """An offline batch (all at t=0, as InferMax's Sec. 4): short prompts, long outputs.
 
     64 requests with outputs up to 2048 fit one A100's KV cache for Llama-2-7B, so the run is
@@ -76,12 +80,26 @@ def run_bench(quick: bool = False) -> dict[str, float]:
 
     figures: dict[str, float] = {}
     limit = 2000 if quick else None
-    workloads = [
-        ("splitwise-conv (Azure conv 2023) on Llama-2-70B TP2 A100", load_trace("splitwise-conv", limit=limit), REFERENCE_PROFILE),
-        ("decode-heavy online (600 req, 2 req/s) on Llama-2-7B A100", decode_heavy_trace(150 if quick else 600), DECODE_PROFILE),
-        ("decode-heavy offline (64 req at t=0, fits KV) on Llama-2-7B A100", offline_decode_batch(), DECODE_PROFILE),
-        ("memory-bound offline (256 req, outputs to 4096) on Llama-2-7B A100", offline_decode_batch(64 if quick else 256, max_output=4096), DECODE_PROFILE),
-    ]  # fmt: skip
+    azure = load_trace("splitwise-conv", limit=limit)
+    n_online, n_memory = (150, 64) if quick else (600, 256)
+    workloads = [  # (label, requests, cost profile)
+        ("splitwise-conv (Azure conv 2023) on Llama-2-70B TP2 A100", azure, REFERENCE_PROFILE),
+        (
+            f"decode-heavy online ({n_online} req, 2 req/s) on Llama-2-7B A100",
+            decode_heavy_trace(n_online),
+            DECODE_PROFILE,
+        ),
+        (
+            "decode-heavy offline (64 req at t=0, fits KV) on Llama-2-7B A100",
+            offline_decode_batch(),
+            DECODE_PROFILE,
+        ),
+        (
+            f"memory-bound offline ({n_memory} req, outputs to 4096) on Llama-2-7B A100",
+            offline_decode_batch(n_memory, max_output=4096),
+            DECODE_PROFILE,
+        ),
+    ]
     print(f"{'workload':<66} {'ff':>4} {'wall s':>8} {'req/s':>10} {'steps/s':>10} {'steps':>8}")
     for label, specs, profile in workloads:
         per = {}
@@ -90,7 +108,9 @@ def run_bench(quick: bool = False) -> dict[str, float]:
             if wall < 1.0:  # short runs: best of three, to damp a shared machine's noise
                 wall = min([wall] + [_run(specs, profile, ff)[0] for _ in range(2)])
             per[ff] = (wall, steps)
-            print(f"{label:<66} {'on' if ff else 'off':>4} {wall:>8.3f} {nreq / wall:>10.0f} {steps / wall:>10.0f} {steps:>8}")
+            mode = "on" if ff else "off"
+            rates = f"{nreq / wall:>10.0f} {steps / wall:>10.0f}"
+            print(f"{label:<66} {mode:>4} {wall:>8.3f} {rates} {steps:>8}")
         ratio = (per[True][1] / per[True][0]) / (per[False][1] / per[False][0])
         print(f"{'':<66} fast-forward step-rate gain: {ratio:.2f}x")
         key = " ".join(label.split(" ")[:2])

@@ -72,7 +72,9 @@ class EngineConfig:
     def from_dict(cls, data: dict[str, Any], source: str = "engine config") -> EngineConfig:
         """Build a config from a mapping; unknown keys are errors that name the key."""
         if not isinstance(data, dict):
-            raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
+            raise ConfigError(
+                f"{source}: expected a mapping of settings, got {type(data).__name__}"
+            )
         unknown = sorted(set(data) - set(cls.keys()))
         if unknown:
             raise ConfigError(

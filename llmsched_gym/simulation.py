@@ -24,7 +24,7 @@ from llmsched_gym.errors import ConfigError
 
 @dataclass
 class SimulationResult:
-    """Records of one run. ``requests`` and ``steps`` are pandas DataFrames (columns: metrics enum)."""
+    """Records of one run; ``requests`` and ``steps`` are DataFrames (columns: metrics enums)."""
 
     requests: Any
     summary: dict[str, Any]
@@ -62,15 +62,18 @@ def request_columns(finished: Sequence[Request]) -> dict[str, list]:
             r.priority, s.weight, s.slo_ttft_s, s.slo_tpot_s, s.deadline_s, s.job_id, s.stage,
             s.client_id,
         ))  # fmt: skip
-    columns = list(zip(*rows)) if rows else [()] * len(RAW_REQUEST_COLUMNS)
-    return {name: list(col) for name, col in zip(RAW_REQUEST_COLUMNS, columns)}
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(RAW_REQUEST_COLUMNS)
+    return {name: list(col) for name, col in zip(RAW_REQUEST_COLUMNS, columns, strict=True)}
 
 
 def resolve_config(
     config: EngineConfig | dict | str | Path | None, cost_model: Any
 ) -> EngineConfig:
-    """An EngineConfig from an object, mapping or file; ``num_gpu_blocks`` from the profile when
-    the config does not set it and the profile knows its model and GPU."""
+    """An EngineConfig from an object, mapping or file.
+
+    ``num_gpu_blocks`` comes from the cost profile (as vLLM sizes its KV cache) when the config
+    does not set it and the profile knows its model and GPU.
+    """
     if isinstance(config, EngineConfig):
         return config
     if config is None:

@@ -1,0 +1,1 @@
+"""Backends behind an instance: the simulator (default) and, later, a live vLLM engine."""

@@ -1,0 +1,1 @@
+"""The ``llmsched-gym`` command line."""

@@ -45,7 +45,9 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     for key in EngineConfig.keys():
         flag = "--" + key.replace("_", "-")
         if key == "enable_prefix_caching":
-            g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=ENGINE_HELP[key])
+            g.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=ENGINE_HELP[key]
+            )
         elif key == "scheduling_policy":
             g.add_argument(flag, choices=("fcfs", "priority"), default=None, help=ENGINE_HELP[key])
         else:
@@ -76,14 +78,22 @@ def _add_run_args(p: argparse.ArgumentParser, cost_default: str) -> None:
         "roofline:<model>@<gpu>[/tp<N>], a profile YAML path, or constant:SECONDS (every step "
         f"costs SECONDS; for tests and oracles); default {cost_default}",
     )
-    p.add_argument("--num-requests", type=int, default=None, metavar="N", help="use only the first N requests of the trace")
+    p.add_argument(
+        "--num-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="use only the first N requests of the trace",
+    )
     p.add_argument(
         "--no-fast-forward",
         dest="fast_forward",
         action="store_false",
         help="step every iteration one by one (results are identical; slower)",
     )
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
+    )
     _add_engine_args(p)
 
 
@@ -197,7 +207,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             fast_forward=args.fast_forward,
             progress=args.progress and sys.stderr.isatty(),
         )
-        print(f"  {res.scheduler}: {res.num_steps} steps in {res.wall_s:.2f} s wall", file=sys.stderr)
+        print(
+            f"  {res.scheduler}: {res.num_steps} steps in {res.wall_s:.2f} s wall", file=sys.stderr
+        )
         results[res.scheduler] = res
     table = compare({k: r.summary for k, r in results.items()})
     table = table.dropna(axis=1, how="all")  # e.g. goodput when the trace sets no SLOs
@@ -266,9 +278,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_args(p, DEFAULT_COST_MODEL)
     p.add_argument("--scheduler", default="vllm-v1", metavar="NAME", help=sched_help)
-    p.add_argument("--schedule-log", metavar="FILE", help="write the per-step schedule log (JSONL) here")
-    p.add_argument("--out", metavar="DIR", help="write requests.csv, summary.json (and steps.csv) here")
-    p.add_argument("--record-steps", action="store_true", help="also record per-step rows (KV usage over time)")
+    p.add_argument(
+        "--schedule-log", metavar="FILE", help="write the per-step schedule log (JSONL) here"
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="write requests.csv, summary.json (and steps.csv) here"
+    )
+    p.add_argument(
+        "--record-steps", action="store_true", help="also record per-step rows (KV usage over time)"
+    )
     p.add_argument("--format", choices=("csv", "parquet"), default="csv", help="record file format")
     p.set_defaults(func=_cmd_simulate)
 
@@ -281,8 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduler, because vllm-v0 cannot chunk prefills.",
     )
     _add_run_args(p, DEFAULT_COST_MODEL)
-    p.add_argument("--schedulers", default=",".join(DEFAULT_SCHEDULERS), metavar="A,B,...", help=sched_help)
-    p.add_argument("--out", default="out/compare", metavar="DIR", help="output folder (default out/compare)")
+    p.add_argument(
+        "--schedulers", default=",".join(DEFAULT_SCHEDULERS), metavar="A,B,...", help=sched_help
+    )
+    p.add_argument(
+        "--out", default="out/compare", metavar="DIR", help="output folder (default out/compare)"
+    )
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser(
@@ -295,7 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
-    p.add_argument("what", nargs="?", default="all", choices=("all", "traces", "schedulers", "profiles"))
+    p.add_argument(
+        "what", nargs="?", default="all", choices=("all", "traces", "schedulers", "profiles")
+    )
     p.set_defaults(func=_cmd_list)
     return parser
 

@@ -1,0 +1,1 @@
+"""The engine loop and the shared request vocabulary."""

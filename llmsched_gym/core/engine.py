@@ -102,8 +102,10 @@ class StepContext:
         return self._engine.kv.get_computed_blocks(req)
 
     def surely_blocked(self, req: Request) -> bool:
-        """True when ``req`` cannot pass the full-sequence admission gate now (no lookup needed);
-        False means "maybe": ``admit`` decides."""
+        """Whether ``req`` surely fails the full-sequence admission gate now (no lookup needed).
+
+        False means "maybe": ``admit`` decides.
+        """
         return self._engine.kv.surely_blocked(req)
 
     def blocks_needed_to_admit(self, req: Request) -> int:
@@ -121,7 +123,9 @@ class StepContext:
         return req._output_len
 
     # -- acting ------------------------------------------------------------------------------
-    def schedule_running(self, req: Request, num_tokens: int, num_lookahead_tokens: int = 0) -> bool:
+    def schedule_running(
+        self, req: Request, num_tokens: int, num_lookahead_tokens: int = 0
+    ) -> bool:
         """Schedule ``num_tokens`` more tokens of a running request; False if blocks run out.
 
         ``num_lookahead_tokens`` allocates slots beyond this step's tokens (KV reserved for
@@ -166,8 +170,9 @@ class StepContext:
         """Admit a waiting request with a prefix lookup; returns tokens scheduled, or None.
 
         ``num_tokens`` is this step's tokens (default: the rest of the sequence cut to the
-        budget, i.e. chunked prefill); an explicit value must fit the remaining budget. ``full_sequence_must_fit`` is vLLM 0.32's admission gate. On
-        None nothing changed. ``hit`` passes a lookup already made this step.
+        budget, i.e. chunked prefill); an explicit value must fit the remaining budget.
+        ``full_sequence_must_fit`` is vLLM 0.32's admission gate. On None nothing changed.
+        ``hit`` passes a lookup already made this step.
         """
         eng = self._engine
         if req.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
@@ -185,7 +190,10 @@ class StepContext:
                 f"admit({req.request_id!r}, {num_tokens}): must schedule between 1 and {remaining} "
                 f"tokens within the token budget {self.token_budget}"
             )
-        if eng.kv.allocate_slots(req, n, hit_blocks, num_lookahead_tokens, full_sequence_must_fit) is None:
+        if (
+            eng.kv.allocate_slots(req, n, hit_blocks, num_lookahead_tokens, full_sequence_must_fit)
+            is None
+        ):
             return None
         eng.kv.record_lookup(req, hit_tokens)
         self.waiting.remove(req) if self.waiting.peek() is not req else self.waiting.pop()
@@ -282,7 +290,9 @@ class Engine:
         self.fast_forward = fast_forward
         self.schedule_log = schedule_log
         self.record_steps = record_steps
-        self.kv = KVCacheManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        self.kv = KVCacheManager(
+            config.num_gpu_blocks, config.block_size, config.enable_prefix_caching
+        )
         self.running: list[Request] = []
         if policy.queue_policy(config) == "priority":
             self.waiting: FCFSQueue | PriorityQueue = PriorityQueue(policy.priority_key)
@@ -344,7 +354,9 @@ class Engine:
         return bool(self.running) or bool(self.waiting) or self._next_arrival < len(self._pending)
 
     # -- the loop ----------------------------------------------------------------------------
-    def run(self, until: float | None = None, progress: Callable[[int], None] | None = None) -> None:
+    def run(
+        self, until: float | None = None, progress: Callable[[int], None] | None = None
+    ) -> None:
         """Run until every request finished (or the clock passes ``until``)."""
         last_done = 0
         while True:
@@ -542,9 +554,8 @@ class Engine:
                     free -= 1
                     ev += 1
                 free_after.append(free)
-        for j, pos in events:
-            req = running[pos]
-            req.blocks.extend(pool.get_new_blocks(1))
+        for _, pos in events:
+            running[pos].blocks.extend(pool.get_new_blocks(1))
         first_end, last_end = starts[1], starts[k]
         now = self.now
         n_same_first = 0
@@ -665,7 +676,9 @@ class Engine:
         if self._steps is None:
             raise ConfigError("per-step records were not enabled (record_steps=False)")
         cols = {k: np.asarray(v) for k, v in self._steps.items()}
-        cols[StepColumn.KV_CACHE_USAGE.value] = 1.0 - cols["num_free_blocks"] / (self.config.num_gpu_blocks - 1)
+        cols[StepColumn.KV_CACHE_USAGE.value] = 1.0 - cols["num_free_blocks"] / (
+            self.config.num_gpu_blocks - 1
+        )
         return cols
 
 

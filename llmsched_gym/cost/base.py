@@ -76,8 +76,10 @@ class ConstantCostModel:
 
 
 class LinearCostModel:
-    """Step time = c0 + c_tokens*num_tokens + c_prefill_attn*prefill_attn + c_decode_kv*decode_kv
-    + c_prefill*num_prefill + c_decode*num_decode (seconds).
+    """A step time linear in the five batch features, in seconds.
+
+    ``c0 + c_tokens*num_tokens + c_prefill_attn*prefill_attn + c_decode_kv*decode_kv
+    + c_prefill*num_prefill + c_decode*num_decode``.
 
     The scalar and vectorised paths evaluate the same expression in the same order, so they agree
     bit for bit (tested), which fast-forward relies on.
@@ -96,15 +98,21 @@ class LinearCostModel:
         name: str = "linear",
     ) -> None:
         values = (c0, c_tokens, c_prefill_attn, c_decode_kv, c_prefill, c_decode)
-        for key, value in zip(self.COEFFICIENTS, values):
+        for key, value in zip(self.COEFFICIENTS, values, strict=True):
             if not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
-                raise CostModelError(f"linear cost model: {key} must be a finite number, got {value!r}")
+                raise CostModelError(
+                    f"linear cost model: {key} must be a finite number, got {value!r}"
+                )
         if c0 <= 0.0:
             raise CostModelError(
                 f"linear cost model: c0 (the empty-batch step time) must be > 0 s, got {c0!r}; "
                 "a zero-cost step would let the clock stand still"
             )
-        self.c0, self.c_tokens, self.c_prefill_attn = float(c0), float(c_tokens), float(c_prefill_attn)
+        self.c0, self.c_tokens, self.c_prefill_attn = (
+            float(c0),
+            float(c_tokens),
+            float(c_prefill_attn),
+        )
         self.c_decode_kv, self.c_prefill, self.c_decode = (
             float(c_decode_kv),
             float(c_prefill),

@@ -1,0 +1,1 @@
+"""Gymnasium environments: views of the engine's decision points (issue 6)."""

@@ -118,7 +118,9 @@ class StaticPriorityPolicy(VllmV1Policy):
     def __init__(self, key: str = "priority", preemption_rule: str = "0.32") -> None:
         super().__init__(preemption_rule)
         if key not in STATIC_KEYS:
-            raise ConfigError(f"static-priority key must be one of {sorted(STATIC_KEYS)}, got {key!r}")
+            raise ConfigError(
+                f"static-priority key must be one of {sorted(STATIC_KEYS)}, got {key!r}"
+            )
         self.key_name = key
         self._key, self.oracle = STATIC_KEYS[key]
         self.name = f"static-priority:{key}"

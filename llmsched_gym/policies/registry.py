@@ -52,7 +52,5 @@ def make_policy(name: str, **kwargs) -> SchedulingPolicy:
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, _REGISTRY, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ConfigError(
-            f"unknown scheduler {name!r}{hint}; available: {', '.join(_REGISTRY)}"
-        )
+        raise ConfigError(f"unknown scheduler {name!r}{hint}; available: {', '.join(_REGISTRY)}")
     return _REGISTRY[name][0](**kwargs)

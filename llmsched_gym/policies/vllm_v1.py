@@ -88,4 +88,3 @@ class VllmV1Policy(SchedulingPolicy):
                 n = threshold
             if ctx.admit(req, min(n, ctx.token_budget), hit=hit) is None:
                 break
-

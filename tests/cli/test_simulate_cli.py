@@ -13,8 +13,18 @@ import pytest
 from llmsched_gym.cli.main import main
 
 TRACE = [
-    {"request_id": "a", "arrival_time": 0.0, "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9], "output_len": 4},
-    {"request_id": "b", "arrival_time": 0.5, "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 3], "output_len": 3},
+    {
+        "request_id": "a",
+        "arrival_time": 0.0,
+        "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        "output_len": 4,
+    },
+    {
+        "request_id": "b",
+        "arrival_time": 0.5,
+        "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 3],
+        "output_len": 3,
+    },
     {"request_id": "c", "arrival_time": 1.0, "prompt_len": 20, "output_len": 2, "priority": 1},
 ]
 CONFIG = {
@@ -77,7 +87,11 @@ def test_bad_input_is_a_clear_error_and_leaves_no_files(tmp_path, capsys, rows, 
     assert rc == 2
     assert message in capsys.readouterr().err
     assert not log.exists()
-    leftovers = [p.name for p in tmp_path.rglob("*") if p.is_file() and p.name not in ("trace.jsonl", "engine.json")]
+    leftovers = [
+        p.name
+        for p in tmp_path.rglob("*")
+        if p.is_file() and p.name not in ("trace.jsonl", "engine.json")
+    ]
     assert leftovers == []
 
 
@@ -91,7 +105,10 @@ def test_flags_override_engine_config_and_unknown_scheduler(tmp_path, capsys):
 
 def test_help_explains_options_in_vllm_terms():
     out = subprocess.run(
-        [sys.executable, "-m", "llmsched_gym", "simulate", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "llmsched_gym", "simulate", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     for flag in ("--max-num-batched-tokens", "--num-gpu-blocks", "--enable-prefix-caching",
                  "--scheduling-policy", "--long-prefill-token-threshold", "--schedule-log"):  # fmt: skip

@@ -12,7 +12,9 @@ from llmsched_gym.policies.registry import make_policy
 def spec(rid, prompt, output_len=1, arrival=0.0, priority=0, max_tokens=None):
     """A request with token ids (list) or a length (int)."""
     if isinstance(prompt, int):
-        return RequestSpec(rid, arrival, prompt, output_len, max_tokens or output_len, priority=priority)
+        return RequestSpec(
+            rid, arrival, prompt, output_len, max_tokens or output_len, priority=priority
+        )
     return RequestSpec(
         rid, arrival, len(prompt), output_len, max_tokens or output_len,
         prompt_token_ids=tuple(prompt), priority=priority,
@@ -24,5 +26,7 @@ def tiny_engine(policy="vllm-v1", log=False, ff=False, **cfg):
     base.update(cfg)
     pol = make_policy(policy) if isinstance(policy, str) else policy
     buf = io.StringIO() if log else None
-    eng = Engine(EngineConfig(**base), pol, ConstantCostModel(1.0), fast_forward=ff, schedule_log=buf)
+    eng = Engine(
+        EngineConfig(**base), pol, ConstantCostModel(1.0), fast_forward=ff, schedule_log=buf
+    )
     return eng, buf

@@ -68,7 +68,9 @@ class ReferenceLikePolicy(SchedulingPolicy):
 
 def _run(reserve: bool, num_gpu_blocks: int):
     pol = ReferenceLikePolicy(reserve)
-    eng, log = tiny_engine(pol, log=True, num_gpu_blocks=num_gpu_blocks, block_size=4, max_num_seqs=4)
+    eng, log = tiny_engine(
+        pol, log=True, num_gpu_blocks=num_gpu_blocks, block_size=4, max_num_seqs=4
+    )
     eng.add_requests([spec("a", 9, 6), spec("b", 11, 5), spec("c", 7, 9), spec("d", 6, 7)])
     admitted_blocks = {}
     while eng.step():
@@ -89,7 +91,9 @@ def test_prefill_only_and_decode_only_steps_with_per_request_chunks():
     # No request that already generated tokens takes part in a prefill step.
     assert pol.outputs_in_prefill_steps and set(pol.outputs_in_prefill_steps) == {0}
     decode_steps = [line for line, kind in zip(log, pol.kinds) if kind == "decode"]
-    assert decode_steps and all(len(s["scheduled"]) == s["num_running"] + len(s["finished"]) for s in decode_steps)
+    assert decode_steps and all(
+        len(s["scheduled"]) == s["num_running"] + len(s["finished"]) for s in decode_steps
+    )
 
 
 def test_kv_reserved_for_future_decode_tokens():

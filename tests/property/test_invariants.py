@@ -53,7 +53,9 @@ def _run(cfg, specs, policy, ff, cost, check=False):
         need = max(s.prompt_len + s.output_len for s in specs)
         cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, need))
     log = io.StringIO()
-    eng = Engine(cfg, make_policy(policy), cost, fast_forward=ff, schedule_log=log, record_steps=True)
+    eng = Engine(
+        cfg, make_policy(policy), cost, fast_forward=ff, schedule_log=log, record_steps=True
+    )
     eng.add_requests(specs)
     if check:
         usable = cfg.num_gpu_blocks - 1
