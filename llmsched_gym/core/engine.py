@@ -554,17 +554,19 @@ class Engine:
                     free -= 1
                     ev += 1
                 free_after.append(free)
-        for _, pos in events:
-            running[pos].blocks.extend(pool.get_new_blocks(1))
+        if events:  # taken from the free queue's front in event order, as stepping would
+            for (_, pos), b in zip(events, pool.get_new_blocks(len(events)), strict=True):
+                running[pos].blocks.append(b)
         first_end, last_end = starts[1], starts[k]
         now = self.now
+        caching = kv.enable_caching
         n_same_first = 0
         for req in running:
             req.num_computed_tokens += k
             req.num_computed_total += k
             req.num_tokens += k
             req.num_output_tokens += k
-            if kv.enable_caching:
+            if caching and (req.num_tokens - 1) // bs > req.num_cached_blocks:
                 kv.cache_blocks(req, req.num_tokens - 1)
             # The gap before the stretch's first token is the request's own unless it also
             # produced a token in the previous step; later gaps are the shared step durations.
