@@ -57,6 +57,7 @@ class StepContext:
         self.resumed: list[tuple[Request, int]] = []
         self.preempted: list[Request] = []
         self.running: list[Request] = engine.running
+        """Running requests in admission order (the engine's list: iterate, never reorder it)."""
         self.waiting = engine.waiting
         self.num_eligible = 0
         """Running plus waiting requests when the step began (vLLM's long-prefill rule)."""
@@ -303,6 +304,7 @@ class Engine:
         self.num_ff_steps = 0
         self.num_preemptions = 0
         self._stall = 0
+        self._until = float("inf")
         self.finished: list[Request] = []
         self._pending: list[RequestSpec] = []
         self._next_arrival = 0
@@ -357,7 +359,8 @@ class Engine:
     def run(
         self, until: float | None = None, progress: Callable[[int], None] | None = None
     ) -> None:
-        """Run until every request finished (or the clock passes ``until``)."""
+        """Run until all requests finish, or to the first step starting at or after ``until``."""
+        self._until = float("inf") if until is None else until
         last_done = 0
         while True:
             self._admit_arrivals()
@@ -498,10 +501,11 @@ class Engine:
         # Step times (the same float operations as stepping one at a time), cut at the next
         # arrival: every step of the stretch must start before it.
         m0 = sum(r.num_computed_tokens for r in running)
-        t_next = (
+        t_next = min(
             self._pending[self._next_arrival].arrival_time
             if self._next_arrival < len(self._pending)
-            else float("inf")
+            else float("inf"),
+            self._until,
         )
         now = self.now
         if k <= 256:

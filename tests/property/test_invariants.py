@@ -137,3 +137,19 @@ def test_fast_forward_identical_on_long_stretches():
     assert request_columns(fast.finished) == request_columns(slow.finished)
     assert _expand(fast) == _expand(slow)
     _same_steps(fast, slow)
+
+
+def test_run_until_stops_at_the_same_step_with_and_without_fast_forward():
+    specs = [RequestSpec(f"r{i}", 0.1 * i, 30 + i, 300, 300) for i in range(5)]
+    cfg = EngineConfig(max_num_batched_tokens=64, max_num_seqs=8, block_size=16, num_gpu_blocks=200)
+    engines = []
+    for ff in (False, True):
+        eng = Engine(cfg, make_policy("vllm-v1"), ConstantCostModel(0.01), fast_forward=ff)
+        eng.add_requests(specs)
+        eng.run(until=1.5)
+        engines.append(eng)
+    assert engines[0].num_steps == engines[1].num_steps and engines[1].num_ff_steps > 0
+    assert engines[0].now == engines[1].now >= 1.5
+    assert [r.num_computed_tokens for r in engines[0].running] == [
+        r.num_computed_tokens for r in engines[1].running
+    ]
