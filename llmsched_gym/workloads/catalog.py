@@ -414,11 +414,12 @@ def _read_azure(text: TextIO, label: str, id_prefix: str, limit: int | None) -> 
 _MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
-def _read_mooncake(
-    text: TextIO, label: str, id_prefix: str, limit: int | None
-) -> list[RequestSpec]:
-    """Reads a Mooncake trace: ``timestamp`` (ms), lengths and 512-token prefix ``hash_ids``."""
-    specs: list[RequestSpec] = []
+def json_lines(text: TextIO, label: str) -> Iterator[tuple[int, str, Any]]:
+    """Yields (line number, ``file:line`` label, parsed value) for each line of a JSONL file.
+
+    Trailing blank lines are allowed; a blank line followed by another record is an error, as
+    is a line that is not valid JSON.
+    """
     blank_line = 0
     for lineno, line in enumerate(text, start=1):
         if not line.strip():
@@ -427,7 +428,8 @@ def _read_mooncake(
         where = f"{label}:{lineno}"
         if blank_line:
             raise TraceError(
-                f"{label}:{blank_line}: empty line in the middle of the trace; remove it"
+                f"{label}:{blank_line}: empty line in the middle of the trace (one JSON "
+                f"object per line; the next request is on line {lineno}); remove it"
             )
         try:
             record = json.loads(line)
@@ -435,6 +437,15 @@ def _read_mooncake(
             raise TraceError(
                 f"{where}: invalid JSON ({err.msg} at column {err.colno}): {show(line.strip())}"
             ) from None
+        yield lineno, where, record
+
+
+def _read_mooncake(
+    text: TextIO, label: str, id_prefix: str, limit: int | None
+) -> list[RequestSpec]:
+    """Reads a Mooncake trace: ``timestamp`` (ms), lengths and 512-token prefix ``hash_ids``."""
+    specs: list[RequestSpec] = []
+    for _, where, record in json_lines(text, label):
         if not isinstance(record, dict):
             raise TraceError(f"{where}: a Mooncake line must be a JSON object, got {show(record)}")
         unknown = [key for key in record if key not in _MOONCAKE_FIELDS]

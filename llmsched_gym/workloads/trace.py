@@ -264,24 +264,8 @@ def _read_contract(source: Any, label: str, limit: int | None) -> list[RequestSp
     """Reads a contract JSONL file (``source`` has ``.name`` and ``.open('rb')``)."""
     specs: list[RequestSpec] = []
     first_line: dict[str, int] = {}
-    blank_line = 0
     with catalog.open_text(source, label) as text:
-        for lineno, line in enumerate(text, start=1):
-            if not line.strip():
-                blank_line = blank_line or lineno
-                continue
-            where = f"{label}:{lineno}"
-            if blank_line:
-                raise TraceError(
-                    f"{label}:{blank_line}: empty line in the middle of the trace (one JSON "
-                    f"object per line; the next request is on line {lineno}); remove it"
-                )
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise TraceError(
-                    f"{where}: invalid JSON ({err.msg} at column {err.colno}): {show(line.strip())}"
-                ) from None
+        for lineno, where, record in catalog.json_lines(text, label):
             spec = request_from_dict(record, where)
             if spec.request_id in first_line:
                 raise TraceError(
