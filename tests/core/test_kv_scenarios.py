@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from conftest import spec, tiny_engine
 
 from llmsched_gym.kv.block_pool import BlockPool
@@ -73,3 +75,22 @@ def test_hit_capped_to_recompute_last_token():
     eng.step()
     # 12 tokens fully cached, but the last token must be computed: hit = floor(11/4) blocks.
     assert eng.finished[-1].num_cached_tokens == 8
+
+
+def _self_preemption_step(policy: str) -> dict:
+    """The schedule-log line of step 2 of a two-request priority scenario."""
+    eng, log = tiny_engine(
+        policy, log=True, num_gpu_blocks=5, scheduling_policy="priority", max_num_seqs=4
+    )
+    # X (worse priority) is admitted first; Y joins a step later, so running = [X, Y].
+    eng.add_requests([spec("X", 7, 5, arrival=0.0, priority=1), spec("Y", 5, 3, arrival=0.5)])
+    eng.run()
+    return [json.loads(line) for line in log.getvalue().splitlines()][2]
+
+
+def test_priority_self_preemption_stops_in_032_continues_in_033():
+    # Step 2: X needs a third block, none is free, and X itself is the worst running request.
+    v032 = _self_preemption_step("vllm-v1")
+    assert v032["preempted"] == ["X"] and v032["scheduled"] == {}  # phase (a) stops (vLLM 0.32)
+    v033 = _self_preemption_step("vllm-v1-0.33")
+    assert v033["preempted"] == ["X"] and v033["scheduled"] == {"Y": 1}  # goes on with Y (0.33)
