@@ -162,12 +162,12 @@ class KVCacheManager:
         if preempted and num_hashed > req._num_shareable_blocks:
             shareable = req._num_shareable_blocks
             entries = req._unique_entries
+            if len(entries) < num_hashed - shareable:
+                entries.extend([] for _ in range(num_hashed - shareable - len(entries)))
             tag = pool.tag
             for i in range(shareable, num_hashed):
                 b = blocks[i]
-                while len(entries) <= i - shareable:
-                    entries.append([])
-                if not tag[b]:
+                if not tag[b]:  # a block hit on an earlier resume keeps its first stamp
                     entries[i - shareable].append(pool.tag_unique(b))
         pool.free_request_blocks(blocks, num_hashed)
         req.blocks = []
