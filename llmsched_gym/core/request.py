@@ -156,10 +156,20 @@ class Request:
         vLLM's chain hash exactly); such blocks are cached by stamp, not by key.
         """
         keys = self._keys
-        while len(keys) <= i:
-            j = len(keys)
-            keys.append(_content_key(self.spec, j, block_size, keys[-1] if keys else 0))
+        if i >= len(keys):
+            self.content_keys(i + 1, block_size)
         return keys[i]
+
+    def content_keys(self, n: int, block_size: int) -> list:
+        """The content keys of the first ``n`` (<= shareable) blocks, computed once and kept."""
+        keys = self._keys
+        if len(keys) < n:
+            spec = self.spec
+            parent = keys[-1] if keys else 0
+            for j in range(len(keys), n):
+                parent = _content_key(spec, j, block_size, parent)
+                keys.append(parent)
+        return keys
 
     @property
     def num_shareable_blocks(self) -> int:

@@ -126,13 +126,24 @@ class BlockPool:
     def get_new_blocks(self, k: int) -> list[int]:
         """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
         assert k <= self.num_free, "caller must check free blocks first"
-        nxt, ref, bh, tag = self._next, self.ref_cnt, self.block_hash, self.tag
+        nxt, ref, bh, tag, cached = (
+            self._next,
+            self.ref_cnt,
+            self.block_hash,
+            self.tag,
+            self._cached,
+        )
         out = []
         b = nxt[self._head]
         for _ in range(k):
             out.append(b)
-            if bh[b] is not None:
-                self._evict_hash(b)
+            key = bh[b]
+            if key is not None:
+                if type(cached[key]) is int:  # the common case, inlined from _evict_hash
+                    bh[b] = None
+                    del cached[key]
+                else:
+                    self._evict_hash(b)
             tag[b] = 0
             ref[b] = 1
             b = nxt[b]

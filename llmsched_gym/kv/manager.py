@@ -50,11 +50,14 @@ class KVCacheManager:
         hit: list[int] = []
         max_blocks = (req.num_tokens - 1) // bs
         shareable = min(req._num_shareable_blocks, max_blocks)
-        for i in range(shareable):
-            b = pool.get_cached_block(req.block_key(i, bs))
-            if b is None:
-                return hit, len(hit) * bs
-            hit.append(b)
+        if shareable:
+            keys = req.content_keys(shareable, bs)
+            get = pool.get_cached_block
+            for i in range(shareable):
+                b = get(keys[i])
+                if b is None:
+                    return hit, len(hit) * bs
+                hit.append(b)
         entries = req._unique_entries
         for i in range(shareable, min(max_blocks, req._num_shareable_blocks + len(entries))):
             b = pool.valid_unique(entries[i - req._num_shareable_blocks])
@@ -139,10 +142,13 @@ class KVCacheManager:
         start = req.num_cached_blocks
         if start >= num_full:
             return
-        bs, blocks, pool = self.block_size, req.blocks, self.pool
-        shareable = req._num_shareable_blocks
-        for i in range(start, min(num_full, shareable)):
-            pool.cache_block(blocks[i], req.block_key(i, bs))
+        blocks, pool = req.blocks, self.pool
+        end = min(num_full, req._num_shareable_blocks)
+        if start < end:
+            keys = req.content_keys(end, self.block_size)
+            cache = pool.cache_block
+            for i in range(start, end):
+                cache(blocks[i], keys[i])
         # Blocks of unique content need no registration now: only their owner can hit them,
         # and only after a preemption, so ``free`` stamps them then (see BlockPool.tag).
         req.num_cached_blocks = num_full
