@@ -165,14 +165,20 @@ class BlockPool:
         ref = self.ref_cnt
         return sum(1 for b in blocks if ref[b] == 0)
 
-    def free_request_blocks(self, blocks: list[int], num_hashed: int) -> None:
+    def free_request_blocks(self, blocks: list[int], num_hashed: int, exclusive: bool) -> None:
         """Free a request's blocks tail first; the first ``num_hashed`` of them are cached.
 
         Equivalent to ``free_blocks(reversed(blocks))`` when exactly the leading ``num_hashed``
         blocks carry a hash, which holds for a request's own blocks (cached in order). Blocks of
-        unique content need no hash for this (see ``tag``).
+        unique content need no hash for this (see ``tag``). ``exclusive`` says no other request
+        references any of them (true when none holds shareable content), so all are freed.
         """
         ref = self.ref_cnt
+        if exclusive:
+            for b in blocks:
+                ref[b] = 0
+            self._link_freed(blocks[num_hashed:][::-1], blocks[:num_hashed][::-1])
+            return
         first: list[int] = []
         last: list[int] = []
         for i in range(len(blocks) - 1, -1, -1):

@@ -175,6 +175,6 @@ class KVCacheManager:
                 b = blocks[i]
                 if not tag[b]:  # a block hit on an earlier resume keeps its first stamp
                     entries[i - shareable].append(pool.tag_unique(b))
-        pool.free_request_blocks(blocks, num_hashed)
+        pool.free_request_blocks(blocks, num_hashed, exclusive=not req._num_shareable_blocks)
         req.blocks = []
         req.num_cached_blocks = 0
