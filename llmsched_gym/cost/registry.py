@@ -153,6 +153,23 @@ def _shipped() -> dict[str, tuple[str, dict[str, Any]]]:
     return out
 
 
+def _shipped_by_file_name(name: str) -> tuple[dict[str, Any], str] | None:
+    """Parse only the file whose name follows the shipped convention for ``name``, if it exists.
+
+    ``vidur:llama-2-70b@a100-80gb/tp2`` lives in ``vidur-llama-2-70b-a100-80gb-tp2.yaml``; reading
+    that one file instead of every profile keeps start-up cheap. The file's own ``name`` must
+    match, otherwise the full scan (``_shipped``) decides.
+    """
+    file_name = re.sub(r"[:@/]", "-", name) + ".yaml"
+    path = resources.files("llmsched_gym.cost").joinpath("profiles", file_name)
+    if file_name in ("gpus.yaml", "models.yaml") or not path.is_file():
+        return None
+    doc = yaml.safe_load(path.read_text("utf-8"))
+    if not isinstance(doc, dict) or doc.get("name") != name:
+        return None
+    return doc, f"llmsched_gym/cost/profiles/{file_name}"
+
+
 def _parse_profile(doc: Any, where: str) -> ProfiledLinearCostModel:
     if not isinstance(doc, dict):
         raise CostModelError(
@@ -293,8 +310,11 @@ def load_cost_model(spec: str) -> CostModel:
             return RooflineCostModel(match["model"], match["gpu"], tp)
         except CostModelError as err:
             raise CostModelError(f"cost model {spec!r}: {err}") from None
-    shipped = _shipped()
     canonical = _canonical_name(spec)
+    direct = _shipped_by_file_name(canonical)
+    if direct is not None:
+        return _parse_profile(*direct)
+    shipped = _shipped()
     if canonical in shipped:
         where, doc = shipped[canonical]
         return _parse_profile(doc, where)
