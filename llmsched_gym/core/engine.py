@@ -350,11 +350,6 @@ class Engine:
             i += 1
         self._next_arrival = i
 
-    @property
-    def has_unfinished(self) -> bool:
-        """Whether any request is running, waiting or yet to arrive."""
-        return bool(self.running) or bool(self.waiting) or self._next_arrival < len(self._pending)
-
     # -- the loop ----------------------------------------------------------------------------
     def run(
         self, until: float | None = None, progress: Callable[[int], None] | None = None
@@ -391,7 +386,7 @@ class Engine:
         self._step()
         return True
 
-    def _step(self) -> bool:
+    def _step(self) -> None:
         ctx = self.ctx
         ctx._begin(self.now, self.num_steps)
         self.policy.schedule(ctx)
@@ -429,14 +424,7 @@ class Engine:
             self.itl_values.append(duration)
             self.itl_weights.append(same_gap)
         if finished:
-            for req in finished:
-                req.status = RequestStatus.FINISHED
-                req.finish_time = end
-                self.kv.free(req)
-                self.policy.on_finish(req, end)
-            done = set(finished)
-            self.running[:] = [r for r in self.running if r not in done]
-            self.finished.extend(finished)
+            self._finish(finished, end)
         self.num_preemptions += len(ctx.preempted)
         if self.schedule_log is not None:
             self._log_step(ctx, num_free_after_schedule, finished)
@@ -454,7 +442,17 @@ class Engine:
                     f"consecutive steps with {len(self.waiting)} waiting and "
                     f"{len(self.running)} running requests at t={self.now:.3f} s (a deadlock)"
                 )
-        return bool(scheduled) or bool(ctx.preempted)
+
+    def _finish(self, finished: list[Request], end: float) -> None:
+        """Finish requests at ``end``: free their blocks in the given (scheduling) order."""
+        for req in finished:
+            req.status = RequestStatus.FINISHED
+            req.finish_time = end
+            self.kv.free(req)
+            self.policy.on_finish(req, end)
+        done = set(finished)
+        self.running[:] = [r for r in self.running if r not in done]
+        self.finished.extend(finished)
 
     # -- fast-forward ------------------------------------------------------------------------
     def _try_fast_forward(self) -> bool:
@@ -591,14 +589,7 @@ class Engine:
         if free_after is not None:
             self._log_stretch(k, starts, durations, free_after, [r.request_id for r in finished])
         if finished:  # freed in scheduling (= running) order, as a stepped finish would be
-            for req in finished:
-                req.status = RequestStatus.FINISHED
-                req.finish_time = last_end
-                kv.free(req)
-                self.policy.on_finish(req, last_end)
-            done = set(finished)
-            running[:] = [r for r in running if r not in done]
-            self.finished.extend(finished)
+            self._finish(finished, last_end)
         self.now = last_end
         self.num_steps += k
         self.num_ff_steps += k

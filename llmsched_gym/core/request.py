@@ -146,22 +146,15 @@ class Request:
             f"output={self.num_output_tokens})"
         )
 
-    def block_key(self, i: int, block_size: int):
-        """Prefix-cache key of the request's ``i``-th full block (vLLM's chained block hash).
+    def content_keys(self, n: int, block_size: int) -> list:
+        """Prefix-cache keys of the first ``n`` blocks (n <= ``num_shareable_blocks``), kept.
 
         Only blocks lying wholly inside a prompt with known content (token ids or Mooncake
-        hashes, ``i < num_shareable_blocks``) have a content key, chained over the prefix. Any
-        block holding generated tokens, or prompt tokens of a length-only trace, is unique to
-        this request (generated tokens are unique per request in the simulator, so this matches
+        hashes) have a content key, chained over the prefix as vLLM's block hash is. A block
+        holding generated tokens, or prompt tokens of a length-only trace, is unique to this
+        request (generated tokens are unique per request in the simulator, so this matches
         vLLM's chain hash exactly); such blocks are cached by stamp, not by key.
         """
-        keys = self._keys
-        if i >= len(keys):
-            self.content_keys(i + 1, block_size)
-        return keys[i]
-
-    def content_keys(self, n: int, block_size: int) -> list:
-        """The content keys of the first ``n`` (<= shareable) blocks, computed once and kept."""
         keys = self._keys
         if len(keys) < n:
             spec = self.spec

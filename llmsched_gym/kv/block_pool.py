@@ -15,7 +15,7 @@ blocks without a hash go to the front, hashed ones to the back (LRU).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Sequence
 
 
 class BlockPool:
@@ -168,10 +168,12 @@ class BlockPool:
     def free_request_blocks(self, blocks: list[int], num_hashed: int, exclusive: bool) -> None:
         """Free a request's blocks tail first; the first ``num_hashed`` of them are cached.
 
-        Equivalent to ``free_blocks(reversed(blocks))`` when exactly the leading ``num_hashed``
-        blocks carry a hash, which holds for a request's own blocks (cached in order). Blocks of
-        unique content need no hash for this (see ``tag``). ``exclusive`` says no other request
-        references any of them (true when none holds shareable content), so all are freed.
+        As vLLM's ``free_blocks(reversed(blocks))``: blocks reaching zero references go to the
+        front when uncached (or caching is off) and to the back when cached, tail first. A
+        request's own blocks are cached in order, so "cached" is "among the leading
+        ``num_hashed``"; blocks of unique content need no hash for this (see ``tag``).
+        ``exclusive`` says no other request references any of them (true when none holds
+        shareable content), so all are freed.
         """
         ref = self.ref_cnt
         if exclusive:
@@ -189,24 +191,6 @@ class BlockPool:
                     last.append(b)
                 else:
                     first.append(b)
-        self._link_freed(first, last)
-
-    def free_blocks(self, ordered: Iterable[int]) -> None:
-        """Drop one reference from each block, ``ordered`` first-to-evict first (tail first).
-
-        Blocks reaching zero references go to the front of the free queue when they carry no hash
-        (or caching is off) and to the back when hashed, each group keeping ``ordered``'s order.
-        """
-        ref, bh, tag, caching = self.ref_cnt, self.block_hash, self.tag, self.enable_caching
-        first: list[int] = []
-        last: list[int] = []
-        for b in ordered:
-            ref[b] -= 1
-            if ref[b] == 0:
-                if (bh[b] is None and not tag[b]) or not caching:
-                    first.append(b)
-                else:
-                    last.append(b)
         self._link_freed(first, last)
 
     def _link_freed(self, first: list[int], last: list[int]) -> None:

@@ -116,10 +116,8 @@ class KVCacheManager:
         num_local_computed = req.num_computed_tokens + len(hits) * bs
         evictable = pool.num_evictable(hits) if hits else 0
         have = len(req.blocks) + len(hits)
-        if full_sequence_must_fit:
-            need_full = max(cdiv(req.num_tokens, bs) - have, 0) + evictable
-            if need_full > pool.num_free:
-                return None
+        if full_sequence_must_fit and self.blocks_to_admit(req, hits) > pool.num_free:
+            return None
         need_slots = num_local_computed + num_new_tokens + num_lookahead_tokens
         need = max(cdiv(need_slots, bs) - have, 0) + evictable
         if need > pool.num_free:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import spec, tiny_engine
 
 from llmsched_gym.kv.block_pool import BlockPool
@@ -18,15 +19,17 @@ def test_block_pool_starts_in_id_order_with_null_block_reserved():
     assert pool.num_free == 9
 
 
-def test_freed_blocks_unhashed_to_front_hashed_to_back_tail_first():
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_freed_blocks_unhashed_to_front_hashed_to_back_tail_first(exclusive):
     pool = BlockPool(8, enable_caching=True)
     blocks = pool.get_new_blocks(4)
     assert blocks == [1, 2, 3, 4]
     for i, b in enumerate(blocks[:3]):
         pool.cache_block(b, ("k", i))
-    pool.free_blocks(reversed(blocks))
+    pool.free_request_blocks(blocks, num_hashed=3, exclusive=exclusive)
     # 4 has no hash -> front; 3, 2, 1 hashed -> back, chain tail first.
     assert pool.free_queue() == [4, 5, 6, 7, 3, 2, 1]
+    assert pool.num_free == 7 and pool.ref_cnt[1:5] == [0, 0, 0, 0]
     # Taking a hashed block evicts its hash (lazy eviction).
     assert pool.get_new_blocks(5) == [4, 5, 6, 7, 3]
     assert pool.get_cached_block(("k", 2)) is None
