@@ -18,6 +18,7 @@ import numpy as np
 
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy
+from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import Request, RequestSpec
 from llmsched_gym.errors import ConfigError
 
@@ -29,6 +30,8 @@ class SimulationResult:
     requests: Any
     summary: dict[str, Any]
     steps: Any = None
+    jobs: Any = None
+    """Per-job records (``jobs_frame``) when the workload has jobs, else None."""
     itl: tuple[np.ndarray, np.ndarray] | None = None
     scheduler: str = ""
     cost_model: str = ""
@@ -90,7 +93,7 @@ def resolve_config(
 
 
 def simulate(
-    trace: str | Path | Sequence[RequestSpec],
+    trace: str | Path | Sequence[RequestSpec | Job],
     config: EngineConfig | dict | str | Path | None = None,
     scheduler: str | SchedulingPolicy = "vllm-v1",
     cost_model: Any = "constant:1.0",
@@ -101,13 +104,15 @@ def simulate(
     limit: int | None = None,
     progress: bool = False,
 ) -> SimulationResult:
-    """Simulate ``trace`` (specs, a trace file, or a shipped trace name) on one engine.
+    """Simulate ``trace`` (specs and jobs, a trace file, or a shipped trace name) on one engine.
+
+    Jobs (``llmsched_gym.core.job.Job``) release their stages' requests as predecessors finish.
 
     The schedule log (JSONL, one line per engine step, DESIGN.md contract) is written atomically:
     on any error no partial file is left behind.
     """
     from llmsched_gym.cost.registry import load_cost_model
-    from llmsched_gym.metrics.records import requests_frame, steps_frame
+    from llmsched_gym.metrics.records import jobs_frame, requests_frame, steps_frame
     from llmsched_gym.metrics.summary import summarize
     from llmsched_gym.policies.registry import make_policy
     from llmsched_gym.workloads.trace import load_trace
@@ -115,9 +120,14 @@ def simulate(
     model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
     cfg = resolve_config(config, model)
     policy = make_policy(scheduler) if isinstance(scheduler, str) else scheduler
-    specs = list(trace) if not isinstance(trace, (str, Path)) else load_trace(trace, limit=limit)
-    if not specs:
+    items = list(trace) if not isinstance(trace, (str, Path)) else load_trace(trace, limit=limit)
+    specs = [x for x in items if not isinstance(x, Job)]
+    jobs = [x for x in items if isinstance(x, Job)]
+    if not specs and not jobs:
         raise ConfigError("the trace holds no requests")
+    for x in specs:
+        if not isinstance(x, RequestSpec):
+            raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         log_file = None
@@ -135,16 +145,20 @@ def simulate(
             record_steps=record_steps,
         )
         engine.add_requests(specs)
+        if jobs:
+            engine.add_jobs(jobs)
         bar = None
         if progress:
             from tqdm import tqdm
 
+            total = len(specs) + sum(job.num_requests for job in jobs)
             bar = stack.enter_context(
-                tqdm(total=len(specs), unit="req", desc=f"simulate {policy.name}", leave=False)
+                tqdm(total=total, unit="req", desc=f"simulate {policy.name}", leave=False)
             )
         engine.run(progress=bar.update if bar is not None else None)
     wall = time.perf_counter() - t0
     requests = requests_frame(request_columns(engine.finished))
+    job_records = jobs_frame(requests, jobs) if jobs else None
     steps = steps_frame(engine.step_columns()) if record_steps else None
     itl = (np.asarray(engine.itl_values), np.asarray(engine.itl_weights, dtype=np.int64))
     summary = dict(summarize(requests, steps, itl=itl))
@@ -155,6 +169,7 @@ def simulate(
         requests=requests,
         summary=summary,
         steps=steps,
+        jobs=job_records,
         itl=itl,
         scheduler=policy.name,
         cost_model=getattr(model, "name", str(cost_model)),

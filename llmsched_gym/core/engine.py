@@ -18,6 +18,7 @@ steps at once; records and schedule logs are identical either way.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable, Sequence
 from typing import IO, Any
@@ -25,6 +26,7 @@ from typing import IO, Any
 import numpy as np
 
 from llmsched_gym.config import EngineConfig
+from llmsched_gym.core.job import Job, JobState, JobTracker
 from llmsched_gym.core.queues import FCFSQueue, PriorityQueue, vllm_priority_key
 from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
 from llmsched_gym.errors import ConfigError, PolicyError, TraceError
@@ -113,6 +115,11 @@ class StepContext:
         """Free blocks the admission gate would ask of ``req`` now."""
         hits, _ = self._engine.kv.get_computed_blocks(req)
         return self._engine.kv.blocks_to_admit(req, hits)
+
+    def job(self, req: Request) -> JobState | None:
+        """Released-so-far view of the job ``req`` belongs to (None outside jobs)."""
+        jobs = self._engine.jobs
+        return None if jobs is None else jobs.job_of(req.spec)
 
     def true_output_len(self, req: Request) -> int:
         """The request's real output length; only policies flagged ``oracle = True`` may ask."""
@@ -308,6 +315,8 @@ class Engine:
         self.finished: list[Request] = []
         self._pending: list[RequestSpec] = []
         self._next_arrival = 0
+        self.jobs: JobTracker | None = None
+        """Job DAGs (``add_jobs``): releases stage requests as their predecessors finish."""
         self._seq = 0
         self.ctx = StepContext(self)
         # Inter-token latencies as (gap, multiplicity) runs; identical gaps share one entry.
@@ -321,6 +330,25 @@ class Engine:
     # -- requests ----------------------------------------------------------------------------
     def add_requests(self, specs: Sequence[RequestSpec]) -> None:
         """Queue specs for arrival (validated against this engine's KV capacity)."""
+        self._check_specs(specs)
+        self._pending.extend(specs)
+        self._pending[self._next_arrival :] = sorted(
+            self._pending[self._next_arrival :], key=lambda s: s.arrival_time
+        )
+
+    def add_jobs(self, jobs: Sequence[Job]) -> None:
+        """Queue jobs: root stages arrive with the job, later stages when predecessors finish.
+
+        Requests of fixed stages are validated now; ``build`` stages when they are released.
+        """
+        for job in jobs:
+            for stage in job.stages:
+                self._check_specs(stage.requests, offset=job.arrival_time)
+        if self.jobs is None:
+            self.jobs = JobTracker()
+        self.add_requests(self.jobs.add(jobs))
+
+    def _check_specs(self, specs: Sequence[RequestSpec], offset: float = 0.0) -> None:
         bs, usable = self.config.block_size, self.config.num_gpu_blocks - 1
         for spec in specs:
             need = cdiv(spec.prompt_len + min(spec.output_len, spec.max_tokens) - 1, bs)
@@ -331,15 +359,21 @@ class Engine:
                     f"{bs} tokens but num_gpu_blocks={self.config.num_gpu_blocks} leaves {usable} "
                     "usable (block 0 is reserved); raise num_gpu_blocks or drop the request"
                 )
-            if spec.arrival_time < self.now:
+            if offset + spec.arrival_time < self.now:
                 raise TraceError(
                     f"request {spec.request_id!r} arrives at {spec.arrival_time} s, before the "
                     f"engine clock {self.now} s"
                 )
-        self._pending.extend(specs)
-        self._pending[self._next_arrival :] = sorted(
-            self._pending[self._next_arrival :], key=lambda s: s.arrival_time
-        )
+
+    def _release(self, specs: list[RequestSpec]) -> None:
+        """Insert released stage requests into the arrivals, after equal arrival times."""
+        self._check_specs(specs)
+        pending = self._pending
+        for spec in specs:
+            i = bisect.bisect_right(
+                pending, spec.arrival_time, lo=self._next_arrival, key=_arrival_time
+            )
+            pending.insert(i, spec)
 
     def _admit_arrivals(self) -> None:
         pending, i, now, bs = self._pending, self._next_arrival, self.now, self.config.block_size
@@ -453,6 +487,12 @@ class Engine:
         done = set(finished)
         self.running[:] = [r for r in self.running if r not in done]
         self.finished.extend(finished)
+        if self.jobs is not None:
+            released: list[RequestSpec] = []
+            for req in finished:
+                released.extend(self.jobs.on_finish(req.spec, end))
+            if released:
+                self._release(released)
 
     # -- fast-forward ------------------------------------------------------------------------
     def _try_fast_forward(self) -> bool:
@@ -681,6 +721,10 @@ class Engine:
 
 # Raw per-step columns the engine records; kv_cache_usage is derived from num_free_blocks.
 _STEP_FIELDS = tuple(c.value for c in StepColumn if c is not StepColumn.KV_CACHE_USAGE)
+
+
+def _arrival_time(spec: RequestSpec) -> float:
+    return spec.arrival_time
 
 
 def _max_steps_within_blocks(offsets: list[int], bs: int, free: int, k_max: int) -> int:

@@ -159,6 +159,14 @@ class JobColumn(_Name):
     """``last_prefill_end_time_s - first_scheduled_time_s``."""
     TAIL_RUNNING_TIME_S = "tail_running_time_s"
     """``finish_time_s - last_prefill_end_time_s``."""
+    KIND = "kind"
+    """What the job is (``relquery``, ``text2sql``, ...); empty when only requests were given."""
+    NUM_STAGES = "num_stages"
+    """Stages with at least one finished request."""
+    SLO_E2E_S = "slo_e2e_s"
+    """The job's end-to-end SLO in seconds (NaN if none)."""
+    SLO_MET = "slo_met"
+    """``latency_s <= slo_e2e_s``; an unfinished job misses it; NA without an SLO."""
 
 
 class Metric(_Name):

@@ -245,7 +245,7 @@ def steps_frame(columns: Mapping[str, np.ndarray | Sequence[Any]]) -> pd.DataFra
     return frame
 
 
-def jobs_frame(requests: pd.DataFrame) -> pd.DataFrame:
+def jobs_frame(requests: pd.DataFrame, jobs: Sequence[Any] | None = None) -> pd.DataFrame:
     """Per-job records (relQuery, workflow) from the per-request records.
 
     Requests without a ``job_id`` are left out. Phases follow RelServe (PVLDB, Eq. 2): waiting
@@ -254,11 +254,13 @@ def jobs_frame(requests: pd.DataFrame) -> pd.DataFrame:
 
     Args:
         requests: Records from ``requests_frame``.
+        jobs: The ``Job`` objects, for the job's own arrival, kind, stage count and SLO; a job
+            none of whose requests finished still gets a row (NaN times, SLO missed).
 
     Returns:
         One row per job, ordered by arrival then job id, with the ``JobColumn`` columns.
     """
-    jobs = requests.loc[
+    rows = requests.loc[
         requests[RC.JOB_ID.value].notna(),
         [
             RC.JOB_ID.value,
@@ -271,8 +273,8 @@ def jobs_frame(requests: pd.DataFrame) -> pd.DataFrame:
     # A job whose last request has not produced its first token (or finished) has no prefill end
     # (finish): NaN must win the max, so it travels as +inf through the groupby.
     for column in (RC.FIRST_TOKEN_TIME_S.value, RC.FINISH_TIME_S.value):
-        jobs[column] = jobs[column].fillna(np.inf)
-    grouped = jobs.groupby(RC.JOB_ID.value, sort=False)
+        rows[column] = rows[column].fillna(np.inf)
+    grouped = rows.groupby(RC.JOB_ID.value, sort=False)
     frame = pd.DataFrame(
         {
             JobColumn.NUM_REQUESTS.value: grouped.size(),
@@ -297,7 +299,44 @@ def jobs_frame(requests: pd.DataFrame) -> pd.DataFrame:
     frame[JobColumn.CORE_RUNNING_TIME_S.value] = prefill_end - start
     frame[JobColumn.TAIL_RUNNING_TIME_S.value] = finish - prefill_end
     frame[JobColumn.NUM_REQUESTS.value] = frame[JobColumn.NUM_REQUESTS.value].astype(np.int64)
+    frame[JobColumn.KIND.value] = ""
+    stages = requests.groupby(RC.JOB_ID.value)[RC.STAGE.value].nunique()
+    frame[JobColumn.NUM_STAGES.value] = (
+        frame[JobColumn.JOB_ID.value].map(stages).fillna(0).astype(np.int64)
+    )
+    frame[JobColumn.SLO_E2E_S.value] = np.nan
+    if jobs is not None:
+        frame = _with_job_info(frame, jobs)
+    slo = frame[JobColumn.SLO_E2E_S.value].to_numpy(np.float64)
+    latency = frame[JobColumn.LATENCY_S.value].to_numpy(np.float64)
+    met = pd.array(np.nan_to_num(latency, nan=np.inf) <= slo, dtype="boolean")
+    met[np.isnan(slo)] = pd.NA
+    frame[JobColumn.SLO_MET.value] = met
     frame = frame.sort_values(
         [JobColumn.ARRIVAL_TIME_S.value, JobColumn.JOB_ID.value], kind="stable"
     )
     return frame[[c.value for c in JobColumn]].reset_index(drop=True)
+
+
+def _with_job_info(frame: pd.DataFrame, jobs: Sequence[Any]) -> pd.DataFrame:
+    """Join the jobs' own arrival, kind and SLO; add rows for jobs with no finished request."""
+    info = pd.DataFrame(
+        {
+            JobColumn.JOB_ID.value: [j.job_id for j in jobs],
+            "_arrival": [float(j.arrival_time) for j in jobs],
+            "_kind": [j.kind for j in jobs],
+            "_slo": [np.nan if j.slo_e2e_s is None else float(j.slo_e2e_s) for j in jobs],
+        }
+    )
+    frame = frame.merge(info, on=JobColumn.JOB_ID.value, how="outer")
+    frame[JobColumn.ARRIVAL_TIME_S.value] = frame["_arrival"].fillna(
+        frame[JobColumn.ARRIVAL_TIME_S.value]
+    )
+    frame[JobColumn.KIND.value] = frame["_kind"].fillna(frame[JobColumn.KIND.value]).fillna("")
+    frame[JobColumn.SLO_E2E_S.value] = frame["_slo"]
+    for c in (JobColumn.NUM_REQUESTS, JobColumn.NUM_STAGES):
+        frame[c.value] = frame[c.value].fillna(0).astype(np.int64)
+    arrival = frame[JobColumn.ARRIVAL_TIME_S.value]
+    frame[JobColumn.LATENCY_S.value] = frame[JobColumn.FINISH_TIME_S.value] - arrival
+    frame[JobColumn.WAITING_TIME_S.value] = frame[JobColumn.FIRST_SCHEDULED_TIME_S.value] - arrival
+    return frame.drop(columns=["_arrival", "_kind", "_slo"])

@@ -153,3 +153,71 @@ def test_run_until_stops_at_the_same_step_with_and_without_fast_forward():
     assert [r.num_computed_tokens for r in engines[0].running] == [
         r.num_computed_tokens for r in engines[1].running
     ]
+
+
+@st.composite
+def job_workloads(draw):
+    """Random layered DAG jobs (fan-out, fan-in, empty stages) with shared prompt prefixes."""
+    from llmsched_gym.core.job import Job, Stage
+
+    jobs, longest = [], 1
+    for j in range(draw(st.integers(1, 5))):
+        stages, layer_prev = [], []
+        for layer in range(draw(st.integers(1, 4))):
+            names = []
+            for s in range(draw(st.integers(1, 3))):
+                name = f"L{layer}S{s}"
+                reqs = []
+                for i in range(draw(st.integers(0, 3))):
+                    prompt = tuple(range(1, draw(st.integers(1, 40)) + 1))
+                    out = draw(st.integers(1, 20))
+                    offset = draw(st.sampled_from([0.0, 0.0, 0.3]))
+                    reqs.append(
+                        RequestSpec(f"j{j}-{name}-{i}", offset, len(prompt), out, out,
+                                    prompt_token_ids=prompt)
+                    )  # fmt: skip
+                    longest = max(longest, -(-(len(prompt) + out) // 4))
+                after = ()
+                if layer_prev:
+                    after = tuple(
+                        sorted(set(draw(st.lists(st.sampled_from(layer_prev), max_size=2))))
+                    )
+                stages.append(Stage(name, tuple(reqs), after=after))
+                names.append(name)
+            layer_prev = names
+        jobs.append(Job(f"j{j}", draw(st.sampled_from([0.0, 0.5, 2.0])), tuple(stages)))
+    cfg = EngineConfig(
+        max_num_batched_tokens=draw(st.integers(16, 64)),
+        max_num_seqs=draw(st.integers(1, 6)),
+        block_size=4,
+        num_gpu_blocks=longest + 1 + draw(st.integers(0, 20)),
+    )
+    return cfg, jobs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job_workloads())
+def test_jobs_release_everything_once_and_fast_forward_is_identical(workload):
+    cfg, jobs = workload
+    engines = []
+    for ff in (True, False):
+        eng = Engine(cfg, make_policy("vllm-v1"), ConstantCostModel(0.1), fast_forward=ff)
+        eng.add_jobs(jobs)
+        eng.run()
+        engines.append(eng)
+    a, b = engines
+    assert request_columns(a.finished) == request_columns(b.finished)
+    want = sorted(s.request_id for job in jobs for st_ in job.stages for s in st_.requests)
+    assert sorted(r.request_id for r in a.finished) == want
+    for job in jobs:
+        state = a.jobs.states[job.job_id]
+        assert len(state.stages_finished) == len(job.stages)
+        for stage in job.stages:  # nothing of a stage starts before its predecessors finished
+            deps = [
+                r for r in a.finished if r.spec.job_id == job.job_id and r.spec.stage in stage.after
+            ]
+            mine = [
+                r for r in a.finished if r.spec.job_id == job.job_id and r.spec.stage == stage.name
+            ]
+            if deps and mine:
+                assert min(r.arrival_time for r in mine) >= max(r.finish_time for r in deps)
