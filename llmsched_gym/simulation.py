@@ -21,13 +21,18 @@ from llmsched_gym.core.engine import Engine, SchedulingPolicy
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import Request, RequestSpec
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.metrics.columns import RequestColumn as RC
 
 
 @dataclass
 class SimulationResult:
-    """Records of one run; ``requests`` and ``steps`` are DataFrames (columns: metrics enums)."""
+    """Records of one run; ``requests`` and ``steps`` are DataFrames (columns: metrics enums).
 
-    requests: Any
+    ``request_table`` holds the per-request records as numpy columns; the ``requests`` DataFrame
+    is built from it on first use (so runs that only write CSV never import pandas).
+    """
+
+    request_table: dict[str, np.ndarray]
     summary: dict[str, Any]
     steps: Any = None
     jobs: Any = None
@@ -39,34 +44,50 @@ class SimulationResult:
     num_steps: int = 0
     num_fast_forward_steps: int = 0
     wall_s: float = 0.0
+    _frame: Any = field(default=None, repr=False, compare=False)
 
+    @property
+    def requests(self) -> Any:
+        """Per-request records as a DataFrame (``RequestColumn`` columns)."""
+        if self._frame is None:
+            from llmsched_gym.metrics.records import frame_from_table
 
-RAW_REQUEST_COLUMNS = (
-    "request_id", "arrival_time_s", "first_scheduled_time_s", "first_token_time_s",
-    "finish_time_s", "num_prompt_tokens", "num_output_tokens", "num_cached_tokens",
-    "num_computed_tokens", "num_refill_tokens", "num_preemptions", "priority", "weight",
-    "slo_ttft_s", "slo_tpot_s", "deadline_s", "job_id", "stage", "client_id",
-)  # fmt: skip
-"""Per-request columns the engine provides; ``requests_frame`` derives ttft, tpot, e2e, slo_met."""
+            self._frame = frame_from_table(self.request_table)
+        return self._frame
 
 
 def request_columns(finished: Sequence[Request]) -> dict[str, list]:
     """Per-request record columns (raw ones; derived columns are added by the frame)."""
-    rows = []
-    for r in sorted(finished, key=lambda r: r.seq):
-        s = r.spec
-        # Refill: tokens computed beyond one pass over prompt + output (the last token is
-        # sampled, never computed) minus the first prefix hit, i.e. recomputation after preemption.
-        first_pass = r.num_prompt_tokens + r.num_output_tokens - 1 - r.num_cached_tokens
-        rows.append((
-            r.request_id, r.arrival_time, r.first_scheduled_time, r.first_token_time,
-            r.finish_time, r.num_prompt_tokens, r.num_output_tokens, r.num_cached_tokens,
-            r.num_computed_total, r.num_computed_total - first_pass, r.num_preemptions,
-            r.priority, s.weight, s.slo_ttft_s, s.slo_tpot_s, s.deadline_s, s.job_id, s.stage,
-            s.client_id,
-        ))  # fmt: skip
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(RAW_REQUEST_COLUMNS)
-    return {name: list(col) for name, col in zip(RAW_REQUEST_COLUMNS, columns, strict=True)}
+    reqs = sorted(finished, key=lambda r: r.seq)
+    specs = [r.spec for r in reqs]
+    computed = [r.num_computed_total for r in reqs]
+    # Refill: tokens computed beyond one pass over prompt + output (the last token is sampled,
+    # never computed) minus the first prefix hit, i.e. recomputation after preemption.
+    refill = [
+        c - (r.num_prompt_tokens + r.num_output_tokens - 1 - r.num_cached_tokens)
+        for r, c in zip(reqs, computed, strict=True)
+    ]
+    return {
+        RC.REQUEST_ID.value: [r.request_id for r in reqs],
+        RC.ARRIVAL_TIME_S.value: [r.arrival_time for r in reqs],
+        RC.FIRST_SCHEDULED_TIME_S.value: [r.first_scheduled_time for r in reqs],
+        RC.FIRST_TOKEN_TIME_S.value: [r.first_token_time for r in reqs],
+        RC.FINISH_TIME_S.value: [r.finish_time for r in reqs],
+        RC.NUM_PROMPT_TOKENS.value: [r.num_prompt_tokens for r in reqs],
+        RC.NUM_OUTPUT_TOKENS.value: [r.num_output_tokens for r in reqs],
+        RC.NUM_CACHED_TOKENS.value: [r.num_cached_tokens for r in reqs],
+        RC.NUM_COMPUTED_TOKENS.value: computed,
+        RC.NUM_REFILL_TOKENS.value: refill,
+        RC.NUM_PREEMPTIONS.value: [r.num_preemptions for r in reqs],
+        RC.PRIORITY.value: [r.priority for r in reqs],
+        RC.WEIGHT.value: [s.weight for s in specs],
+        RC.SLO_TTFT_S.value: [s.slo_ttft_s for s in specs],
+        RC.SLO_TPOT_S.value: [s.slo_tpot_s for s in specs],
+        RC.DEADLINE_S.value: [s.deadline_s for s in specs],
+        RC.JOB_ID.value: [s.job_id for s in specs],
+        RC.STAGE.value: [s.stage for s in specs],
+        RC.CLIENT_ID.value: [s.client_id for s in specs],
+    }
 
 
 def resolve_config(
@@ -112,8 +133,8 @@ def simulate(
     on any error no partial file is left behind.
     """
     from llmsched_gym.cost.registry import load_cost_model
-    from llmsched_gym.metrics.records import jobs_frame, requests_frame, steps_frame
-    from llmsched_gym.metrics.summary import summarize
+    from llmsched_gym.metrics.summary import summary_values
+    from llmsched_gym.metrics.table import request_table
     from llmsched_gym.policies.registry import make_policy
     from llmsched_gym.workloads.trace import load_trace
 
@@ -157,19 +178,21 @@ def simulate(
             )
         engine.run(progress=bar.update if bar is not None else None)
     wall = time.perf_counter() - t0
-    requests = requests_frame(request_columns(engine.finished))
-    job_records = jobs_frame(requests, jobs) if jobs else None
-    steps = steps_frame(engine.step_columns()) if record_steps else None
+    table = request_table(request_columns(engine.finished))
+    steps = None
+    if record_steps:
+        from llmsched_gym.metrics.records import steps_frame
+
+        steps = steps_frame(engine.step_columns())
     itl = (np.asarray(engine.itl_values), np.asarray(engine.itl_weights, dtype=np.int64))
-    summary = dict(summarize(requests, steps, itl=itl))
+    summary = summary_values(table, steps, itl=itl)
     summary["num_steps"] = engine.num_steps
     summary["prefix_cache_queries"] = engine.kv.queries
     summary["prefix_cache_hits"] = engine.kv.hits
-    return SimulationResult(
-        requests=requests,
+    result = SimulationResult(
+        request_table=table,
         summary=summary,
         steps=steps,
-        jobs=job_records,
         itl=itl,
         scheduler=policy.name,
         cost_model=getattr(model, "name", str(cost_model)),
@@ -178,3 +201,8 @@ def simulate(
         num_fast_forward_steps=engine.num_ff_steps,
         wall_s=wall,
     )
+    if jobs:
+        from llmsched_gym.metrics.records import jobs_frame
+
+        result.jobs = jobs_frame(result.requests, jobs)
+    return result

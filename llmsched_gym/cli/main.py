@@ -98,7 +98,6 @@ def _add_run_args(p: argparse.ArgumentParser, cost_default: str) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from llmsched_gym.metrics.io import write_frame
     from llmsched_gym.simulation import simulate
 
     out = Path(args.out) if args.out else None
@@ -117,9 +116,22 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     )
     if out is not None:
         suffix = ".parquet" if args.format == "parquet" else ".csv"
-        write_frame(result.requests, out / f"requests{suffix}")
+        if suffix == ".csv":  # straight from the numpy columns: no pandas on this path
+            from llmsched_gym.metrics.table import write_table
+
+            write_table(result.request_table, out / "requests.csv")
+        else:
+            from llmsched_gym.metrics.io import write_frame
+
+            write_frame(result.requests, out / f"requests{suffix}")
         if result.steps is not None:
+            from llmsched_gym.metrics.io import write_frame
+
             write_frame(result.steps, out / f"steps{suffix}")
+        if result.jobs is not None:
+            from llmsched_gym.metrics.io import write_frame
+
+            write_frame(result.jobs, out / f"jobs{suffix}")
         from llmsched_gym.metrics._atomic import atomic_output
 
         with atomic_output(out / "summary.json") as tmp:
@@ -151,7 +163,7 @@ def _print_summary(result) -> None:
     s = result.summary
     cfg = result.config
     print(
-        f"{result.scheduler} | {result.cost_model} | {len(result.requests)} requests | "
+        f"{result.scheduler} | {result.cost_model} | {s['num_requests']} requests | "
         f"{result.num_steps} steps ({result.num_fast_forward_steps} fast-forwarded) | "
         f"{result.wall_s:.2f} s wall | num_gpu_blocks={cfg.num_gpu_blocks}"
     )

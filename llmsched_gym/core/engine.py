@@ -504,13 +504,20 @@ class Engine:
         n = len(running)
         if n == 0 or n > self.config.max_num_batched_tokens:
             return False
+        bs = self.config.block_size
         min_left = 1 << 62
-        for r in running:
-            if r.num_tokens - r.num_computed_tokens != 1:
+        m0 = 0
+        offsets: list[int] = []
+        for r in running:  # one pass: all decode? next finisher, context sum, block offsets
+            c = r.num_computed_tokens
+            if r.num_tokens - c != 1:
                 return False
             left = r._output_len - r.num_output_tokens
             if left < min_left:
                 min_left = left
+            m0 += c
+            # Request i needs a new block at step offsets o_i, o_i + bs, ...
+            offsets.append(len(r.blocks) * bs - c)
         # Nobody finishes before the stretch's last step (finishers free after it).
         k = min_left
         if k < 2:
@@ -527,18 +534,12 @@ class Engine:
                 hits, _ = self.kv.get_computed_blocks(head)
                 if self.kv.blocks_to_admit(head, hits) <= self.kv.pool.num_free:
                     return False
-        # Block-boundary allocations: request i needs a new block at step offsets
-        # o_i, o_i + bs, ... where o_i = len(blocks)*bs - num_computed_tokens.
-        bs = self.config.block_size
-        free = self.kv.pool.num_free
-        offsets = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
-        # Largest k such that allocations in steps [0, k) fit in free blocks.
-        k = _max_steps_within_blocks(offsets, bs, free, k)
+        # Largest k such that the block-boundary allocations in steps [0, k) fit in free blocks.
+        k = _max_steps_within_blocks(offsets, bs, self.kv.pool.num_free, k)
         if k < 2:
             return False
         # Step times (the same float operations as stepping one at a time), cut at the next
         # arrival: every step of the stretch must start before it.
-        m0 = sum(r.num_computed_tokens for r in running)
         t_next = min(
             self._pending[self._next_arrival].arrival_time
             if self._next_arrival < len(self._pending)
@@ -547,17 +548,21 @@ class Engine:
         )
         now = self.now
         if k <= 256:
-            step_time = self.cost_model.step_time
-            durations: list[float] = []
-            starts = [now]
-            t = now
-            for j in range(k):
-                if t >= t_next:
-                    break
-                d = step_time(n, 0, m0 + j * n, 0, n)
-                durations.append(d)
-                t = t + d
-                starts.append(t)
+            series = getattr(self.cost_model, "decode_series", None)
+            if series is not None:
+                durations, starts = series(n, m0, k, now, t_next)
+            else:
+                step_time = self.cost_model.step_time
+                durations = []
+                starts = [now]
+                t = now
+                for j in range(k):
+                    if t >= t_next:
+                        break
+                    d = step_time(n, 0, m0 + j * n, 0, n)
+                    durations.append(d)
+                    t = t + d
+                    starts.append(t)
             k = len(durations)
         else:
             steps = np.arange(k, dtype=np.int64)
@@ -580,11 +585,14 @@ class Engine:
         bs = self.config.block_size
         kv = self.kv
         pool = kv.pool
-        # Allocation events in (step, running position) order, as stepping would make them.
-        events: list[tuple[int, int]] = []
+        # Allocation events in (step, running position) order, as stepping would make them,
+        # packed as step * n + position so that they sort as ints.
+        events: list[int] = []
         for pos, o in enumerate(offsets):
-            for j in range(o, k, bs):
-                events.append((j, pos))
+            if o < k:
+                events.append(o * n + pos)
+                if o + bs < k:
+                    events.extend(j * n + pos for j in range(o + bs, k, bs))
         events.sort()
         free_after: list[int] | None = None
         if self.schedule_log is not None or self._steps is not None:
@@ -592,13 +600,13 @@ class Engine:
             ev = 0
             free = pool.num_free
             for j in range(k):
-                while ev < len(events) and events[ev][0] == j:
+                while ev < len(events) and events[ev] // n == j:
                     free -= 1
                     ev += 1
                 free_after.append(free)
         if events:  # taken from the free queue's front in event order, as stepping would
-            for (_, pos), b in zip(events, pool.get_new_blocks(len(events)), strict=True):
-                running[pos].blocks.append(b)
+            for e, b in zip(events, pool.get_new_blocks(len(events)), strict=True):
+                running[e % n].blocks.append(b)
         first_end, last_end = starts[1], starts[k]
         now = self.now
         caching = kv.enable_caching

@@ -121,7 +121,7 @@ class Request:
         """Leading blocks already registered in the prefix cache."""
         self._keys: list = []
         self._num_shareable_blocks = _num_shareable_blocks(spec, block_size)
-        self._unique_entries: list[list[int]] = []
+        self._unique_entries: list[int | list[int]] = []
         """Per block index past the shareable prefix: packed (stamp, block) cache entries."""
         self._output_len = min(spec.output_len, spec.max_tokens)
         self.first_scheduled_time: float | None = None

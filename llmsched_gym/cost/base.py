@@ -135,6 +135,35 @@ class LinearCostModel:
             + self.c_decode * float(num_decode)
         )
 
+    def decode_series(
+        self, n: int, m0: int, k: int, start: float, stop: float
+    ) -> tuple[list[float], list[float]]:
+        """Durations and start times of up to ``k`` pure-decode steps of ``n`` requests.
+
+        Step ``j`` has ``decode_kv = m0 + j * n``; steps are taken while they start before
+        ``stop``. Each duration is bitwise ``step_time(n, 0, m0 + j * n, 0, n)`` (the same float
+        operations in the same order), so fast-forwarded stretches equal stepping.
+
+        Returns:
+            ``(durations, starts)`` with ``len(starts) == len(durations) + 1``.
+        """
+        fn = float(n)
+        head = self.c0 + self.c_tokens * fn + self.c_prefill_attn * 0.0
+        kv, pz, dn = self.c_decode_kv, self.c_prefill * 0.0, self.c_decode * fn
+        durations: list[float] = []
+        starts = [start]
+        t = start
+        m = m0
+        for _ in range(k):
+            if t >= stop:
+                break
+            d = head + kv * float(m) + pz + dn
+            durations.append(d)
+            t = t + d
+            starts.append(t)
+            m += n
+        return durations, starts
+
     def step_times(self, num_tokens, prefill_attn, decode_kv, num_prefill, num_decode):
         """Evaluate the linear model for many batches (same expression order as ``step_time``)."""
         f = np.asarray

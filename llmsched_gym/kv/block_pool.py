@@ -30,7 +30,7 @@ class BlockPool:
         # Blocks whose content is unique to one request (generated tokens, or prompts given by
         # length only) can only ever be hit by that request after a preemption. They carry a
         # stamp instead of a map entry; the request keeps the stamps it issued per block index
-        # (see ``tag_unique``), which reproduces the map's first-inserted-wins semantics.
+        # (``KVCacheManager.free``), which reproduces the map's first-inserted-wins semantics.
         self.tag: list[int] = [0] * n
         self._stamp = 0
         # Linked list over ids 0..n-1 with sentinels HEAD = n and TAIL = n + 1.
@@ -94,14 +94,8 @@ class BlockPool:
             elif len(entry) == 1:
                 self._cached[key] = entry[0]
 
-    def tag_unique(self, b: int) -> int:
-        """Mark block ``b`` as cached unique content; returns its packed (stamp, block) entry."""
-        self._stamp += 1
-        self.tag[b] = self._stamp
-        return (self._stamp << 24) | b
-
     def valid_unique(self, entries: list[int]) -> int | None:
-        """The first block of ``entries`` (packed by ``tag_unique``) still holding its stamp."""
+        """The first block of ``entries`` (packed ``stamp << 24 | block``) with its stamp intact."""
         tag = self.tag
         for e in entries:
             b = e & 0xFFFFFF

@@ -59,10 +59,18 @@ class KVCacheManager:
                     return hit, len(hit) * bs
                 hit.append(b)
         entries = req._unique_entries
-        for i in range(shareable, min(max_blocks, req._num_shareable_blocks + len(entries))):
-            b = pool.valid_unique(entries[i - req._num_shareable_blocks])
-            if b is None:
-                break
+        tag = pool.tag
+        first = req._num_shareable_blocks
+        for i in range(shareable, min(max_blocks, first + len(entries))):
+            e = entries[i - first]
+            if type(e) is int:
+                b = e & 0xFFFFFF
+                if tag[b] != e >> 24:
+                    break
+            else:
+                b = pool.valid_unique(e)
+                if b is None:
+                    break
             hit.append(b)
         return hit, len(hit) * bs
 
@@ -164,15 +172,27 @@ class KVCacheManager:
         pool = self.pool
         num_hashed = req.num_cached_blocks if self.enable_caching else 0
         if preempted and num_hashed > req._num_shareable_blocks:
+            # Stamp unique cached blocks in block order (BlockPool.tag): entry j holds the packed
+            # stamp of block index shareable + j, or a list of them once a later preemption
+            # stamps a new block there (the first still valid wins, as vLLM's map would).
             shareable = req._num_shareable_blocks
             entries = req._unique_entries
-            if len(entries) < num_hashed - shareable:
-                entries.extend([] for _ in range(num_hashed - shareable - len(entries)))
             tag = pool.tag
+            stamp = pool._stamp
             for i in range(shareable, num_hashed):
                 b = blocks[i]
-                if not tag[b]:  # a block hit on an earlier resume keeps its first stamp
-                    entries[i - shareable].append(pool.tag_unique(b))
+                if tag[b]:  # a block hit on an earlier resume keeps its first stamp
+                    continue
+                stamp += 1
+                tag[b] = stamp
+                packed = (stamp << 24) | b
+                j = i - shareable
+                if j == len(entries):
+                    entries.append(packed)
+                else:
+                    old = entries[j]
+                    entries[j] = [old, packed] if type(old) is int else [*old, packed]
+            pool._stamp = stamp
         pool.free_request_blocks(blocks, num_hashed, exclusive=not req._num_shareable_blocks)
         req.blocks = []
         req.num_cached_blocks = 0

@@ -19,30 +19,19 @@ from llmsched_gym.metrics.columns import (
     RequestColumn,
     StepColumn,
 )
+from llmsched_gym.metrics.table import (
+    FLOAT_REQUEST_COLUMNS,
+    INT_REQUEST_COLUMNS,
+    derived_request_columns,
+    slo_outcome,
+)
 
-__all__ = ["jobs_frame", "requests_frame", "slo_outcome", "steps_frame"]
+__all__ = ["frame_from_table", "jobs_frame", "requests_frame", "slo_outcome", "steps_frame"]
 
 RC = RequestColumn
 
-_FLOAT_REQUEST_COLUMNS = (
-    RC.ARRIVAL_TIME_S,
-    RC.FIRST_SCHEDULED_TIME_S,
-    RC.FIRST_TOKEN_TIME_S,
-    RC.FINISH_TIME_S,
-    RC.WEIGHT,
-    RC.SLO_TTFT_S,
-    RC.SLO_TPOT_S,
-    RC.DEADLINE_S,
-)
-_INT_REQUEST_COLUMNS = (
-    RC.NUM_PROMPT_TOKENS,
-    RC.NUM_OUTPUT_TOKENS,
-    RC.NUM_CACHED_TOKENS,
-    RC.NUM_COMPUTED_TOKENS,
-    RC.NUM_REFILL_TOKENS,
-    RC.NUM_PREEMPTIONS,
-    RC.PRIORITY,
-)
+_FLOAT_REQUEST_COLUMNS = tuple(c for c in FLOAT_REQUEST_COLUMNS if c not in DERIVED_REQUEST_COLUMNS)
+_INT_REQUEST_COLUMNS = INT_REQUEST_COLUMNS
 _OPTIONAL_REQUEST_DEFAULTS: dict[RequestColumn, Any] = {
     RC.PRIORITY: 0,
     RC.WEIGHT: 1.0,
@@ -163,57 +152,36 @@ def requests_frame(
         bad = bad.item() if isinstance(bad, np.generic) else bad
         raise ValueError(f"{what}: column 'request_id' must hold strings, got {bad!r}")
 
-    arrival = frame[RC.ARRIVAL_TIME_S.value].to_numpy()
-    first_token = frame[RC.FIRST_TOKEN_TIME_S.value].to_numpy()
-    finish = frame[RC.FINISH_TIME_S.value].to_numpy()
-    num_output = frame[RC.NUM_OUTPUT_TOKENS.value].to_numpy()
-    ttft = first_token - arrival
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(num_output > 1, (finish - first_token) / (num_output - 1), np.nan)
-    e2e = finish - arrival
-    frame[RC.TTFT_S.value] = ttft
-    frame[RC.TPOT_S.value] = tpot
-    frame[RC.E2E_S.value] = e2e
-    frame[RC.SLO_MET.value] = _slo_met(
-        ttft,
-        tpot,
-        finish,
-        frame[RC.SLO_TTFT_S.value].to_numpy(),
-        frame[RC.SLO_TPOT_S.value].to_numpy(),
-        frame[RC.DEADLINE_S.value].to_numpy(),
+    derived = derived_request_columns(
+        *(
+            frame[c.value].to_numpy()
+            for c in (
+                RC.ARRIVAL_TIME_S,
+                RC.FIRST_TOKEN_TIME_S,
+                RC.FINISH_TIME_S,
+                RC.NUM_OUTPUT_TOKENS,
+                RC.SLO_TTFT_S,
+                RC.SLO_TPOT_S,
+                RC.DEADLINE_S,
+            )
+        )  # fmt: skip
     )
+    for column in (RC.TTFT_S, RC.TPOT_S, RC.E2E_S):
+        frame[column.value] = derived[column.value]
+    met = pd.array(derived[RC.SLO_MET.value], dtype="boolean")
+    met[~derived["_has_slo"]] = pd.NA
+    frame[RC.SLO_MET.value] = met
     return frame[[c.value for c in RequestColumn]].reset_index(drop=True)
 
 
-def slo_outcome(
-    ttft_s: np.ndarray,
-    tpot_s: np.ndarray,
-    finish_time_s: np.ndarray,
-    slo_ttft_s: np.ndarray,
-    slo_tpot_s: np.ndarray,
-    deadline_s: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (met, has_slo) per request; a NaN SLO or deadline means "none".
+def frame_from_table(table: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The per-request DataFrame of a request table (``table.request_table``).
 
-    A request meets its SLOs when it finished, ``ttft < slo_ttft`` (strict), ``tpot < slo_tpot``
-    (strict; a NaN tpot, i.e. a single output token, counts as met) and
-    ``finish <= deadline``, each only where set.
+    Dtypes as ``requests_frame`` gives them.
     """
-    finished = ~np.isnan(finish_time_s)
-    no_ttft, no_tpot, no_deadline = np.isnan(slo_ttft_s), np.isnan(slo_tpot_s), np.isnan(deadline_s)
-    with np.errstate(invalid="ignore"):
-        ttft_ok = no_ttft | (ttft_s < slo_ttft_s)
-        tpot_ok = no_tpot | (tpot_s < slo_tpot_s) | np.isnan(tpot_s)
-        deadline_ok = no_deadline | (finish_time_s <= deadline_s)
-    met = finished & ttft_ok & tpot_ok & deadline_ok
-    has_slo = ~(no_ttft & no_tpot & no_deadline)
-    return met, has_slo
-
-
-def _slo_met(*arrays: np.ndarray) -> pd.arrays.BooleanArray:
-    """``slo_met`` as a nullable boolean array (missing where a request has no SLO)."""
-    met, has_slo = slo_outcome(*arrays)
-    return pd.arrays.BooleanArray(met, ~has_slo)
+    data = dict(table)
+    data[RC.SLO_MET.value] = pd.array(list(table[RC.SLO_MET.value]), dtype="boolean")
+    return pd.DataFrame(data, columns=[c.value for c in RequestColumn])
 
 
 def steps_frame(columns: Mapping[str, np.ndarray | Sequence[Any]]) -> pd.DataFrame:

@@ -18,15 +18,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from llmsched_gym.metrics.columns import JobColumn, Metric, RequestColumn, StepColumn
-from llmsched_gym.metrics.records import jobs_frame, slo_outcome
+from llmsched_gym.metrics.table import slo_outcome
 
-__all__ = ["DEFAULT_COMPARE_METRICS", "compare", "summarize", "weighted_percentile"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "DEFAULT_COMPARE_METRICS",
+    "compare",
+    "summarize",
+    "summary_values",
+    "weighted_percentile",
+]
 
 RC = RequestColumn
 _PERCENTILES = (50.0, 90.0, 99.0)
@@ -150,14 +158,19 @@ def _check_slo(name: str, value: float | None) -> float:
     return float(value)
 
 
-def _column(frame: pd.DataFrame, column: RequestColumn) -> np.ndarray:
-    """A numeric request column as float64 (works on frames read back from CSV too)."""
-    if column.value not in frame.columns:
+def _column(records: Any, column: RequestColumn) -> np.ndarray:
+    """A numeric request column as float64, from a DataFrame (or one read from CSV) or a table."""
+    names = records.columns if hasattr(records, "columns") else records
+    if column.value not in names:
         raise ValueError(
             f"summarize: the request records have no column {column.value!r}; build them with "
             "requests_frame"
         )
-    return pd.to_numeric(frame[column.value], errors="coerce").to_numpy(np.float64)
+    if isinstance(records, Mapping):
+        return np.asarray(records[column.value], dtype=np.float64)
+    import pandas as pd
+
+    return pd.to_numeric(records[column.value], errors="coerce").to_numpy(np.float64)
 
 
 def summarize(
@@ -167,10 +180,25 @@ def summarize(
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
 ) -> pd.Series:
+    """Summarizes one run as a Series; see ``summary_values`` for the arguments and metrics."""
+    import pandas as pd
+
+    values = summary_values(requests_df, steps_df, itl, slo_ttft_s, slo_tpot_s)
+    return pd.Series(values, dtype=object, name="summary")
+
+
+def summary_values(
+    requests_df: Any,
+    steps_df: pd.DataFrame | None = None,
+    itl: tuple[np.ndarray, np.ndarray] | np.ndarray | None = None,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+) -> dict[str, Any]:
     """Summarizes one run: throughput, latency statistics, goodput, preemptions, cache and KV use.
 
     Args:
-        requests_df: Per-request records (``requests_frame``).
+        requests_df: Per-request records (``requests_frame``, or a request table from
+            ``metrics.table.request_table``: then pandas is not needed unless there are jobs).
         steps_df: Per-step records (``steps_frame``); without them the KV usage metrics are NaN.
         itl: Inter-token gaps as ``(values_s, weights)`` with integer multiplicities (or a plain
             array of gaps); without them the ITL metrics are NaN.
@@ -179,7 +207,7 @@ def summarize(
         slo_tpot_s: A TPOT SLO applied to every request for goodput, likewise.
 
     Returns:
-        A Series indexed by ``Metric`` values (object dtype: counts stay ints). Goodput counts
+        A dict keyed by ``Metric`` values in the enum's order (counts stay ints). Goodput counts
         finished requests per second of ``duration_s`` that meet their SLOs. With a global SLO,
         every request is judged by it (strict ``<``; a single-token request meets any TPOT SLO).
         Otherwise the per-request SLO columns decide (see ``RequestColumn.SLO_MET``); requests
@@ -251,7 +279,7 @@ def summarize(
     e2e_stats = _stats(e2e[finished])
     itl_stats = _itl_stats(itl)
     values: dict[Metric, Any] = {
-        Metric.NUM_REQUESTS: len(requests_df),
+        Metric.NUM_REQUESTS: len(arrival),
         Metric.NUM_FINISHED: num_finished,
         Metric.DURATION_S: duration,
         Metric.REQUEST_THROUGHPUT: num_finished * per_second,
@@ -279,14 +307,22 @@ def summarize(
         }
     )
     values.update(_job_metrics(requests_df))
-    return pd.Series(
-        {metric.value: values[metric] for metric in Metric}, dtype=object, name="summary"
-    )
+    return {metric.value: values[metric] for metric in Metric}
 
 
-def _job_metrics(requests_df: pd.DataFrame) -> dict[Metric, Any]:
+def _job_metrics(requests_df: Any) -> dict[Metric, Any]:
     """Job-level metrics (RelServe's relQuery latency and its phases); NaN without jobs."""
-    has_jobs = RC.JOB_ID.value in requests_df.columns and requests_df[RC.JOB_ID.value].notna().any()
+    if isinstance(requests_df, Mapping):
+        job_ids = requests_df.get(RC.JOB_ID.value)
+        has_jobs = job_ids is not None and any(j is not None for j in job_ids)
+        if has_jobs:
+            from llmsched_gym.metrics.records import frame_from_table
+
+            requests_df = frame_from_table(requests_df)
+    else:
+        has_jobs = (
+            RC.JOB_ID.value in requests_df.columns and requests_df[RC.JOB_ID.value].notna().any()
+        )
     if not has_jobs:
         return {
             Metric.NUM_JOBS: 0,
@@ -296,6 +332,8 @@ def _job_metrics(requests_df: pd.DataFrame) -> dict[Metric, Any]:
             Metric.JOB_CORE_RUNNING_TIME_S_MEAN: math.nan,
             Metric.JOB_TAIL_RUNNING_TIME_S_MEAN: math.nan,
         }
+    from llmsched_gym.metrics.records import jobs_frame
+
     jobs = jobs_frame(requests_df)
     latency = _stats(jobs[JobColumn.LATENCY_S.value].to_numpy(np.float64))
     return {
@@ -346,6 +384,8 @@ def compare(
         name: [dict(summary.items()).get(metric, math.nan) for metric in chosen]
         for name, summary in frames.items()
     }
+    import pandas as pd
+
     table = pd.DataFrame.from_dict(rows, orient="index", columns=chosen)
     table.index.name = "scheduler"
     return table.infer_objects()

@@ -1,0 +1,188 @@
+"""Per-request records as plain numpy columns: the pandas-free path of a run.
+
+A *request table* is a dict from ``RequestColumn`` value to a numpy array, in the enum's order:
+times and SLOs float64 (NaN: none), counts and priority int64, ids object (None: missing),
+``slo_met`` object (True / False / None: no SLO). ``records.requests_frame`` turns it into the
+DataFrame users see; the derived columns have one definition, here. The CLI writes tables
+directly (``write_table``), so a plain ``simulate`` never pays for importing pandas.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from llmsched_gym.metrics._atomic import atomic_output
+from llmsched_gym.metrics.columns import DERIVED_REQUEST_COLUMNS, RequestColumn
+
+__all__ = [
+    "FLOAT_REQUEST_COLUMNS",
+    "INT_REQUEST_COLUMNS",
+    "derived_request_columns",
+    "request_table",
+    "slo_outcome",
+    "write_table",
+]
+
+RC = RequestColumn
+
+FLOAT_REQUEST_COLUMNS = (
+    RC.ARRIVAL_TIME_S,
+    RC.FIRST_SCHEDULED_TIME_S,
+    RC.FIRST_TOKEN_TIME_S,
+    RC.FINISH_TIME_S,
+    RC.WEIGHT,
+    RC.SLO_TTFT_S,
+    RC.SLO_TPOT_S,
+    RC.DEADLINE_S,
+    RC.TTFT_S,
+    RC.TPOT_S,
+    RC.E2E_S,
+)
+INT_REQUEST_COLUMNS = (
+    RC.NUM_PROMPT_TOKENS,
+    RC.NUM_OUTPUT_TOKENS,
+    RC.NUM_CACHED_TOKENS,
+    RC.NUM_COMPUTED_TOKENS,
+    RC.NUM_REFILL_TOKENS,
+    RC.NUM_PREEMPTIONS,
+    RC.PRIORITY,
+)
+
+
+def slo_outcome(
+    ttft_s: np.ndarray,
+    tpot_s: np.ndarray,
+    finish_time_s: np.ndarray,
+    slo_ttft_s: np.ndarray,
+    slo_tpot_s: np.ndarray,
+    deadline_s: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (met, has_slo) per request; a NaN SLO or deadline means "none".
+
+    A request meets its SLOs when it finished, ``ttft < slo_ttft`` (strict), ``tpot < slo_tpot``
+    (strict; a NaN tpot, i.e. a single output token, counts as met) and
+    ``finish <= deadline``, each only where set.
+    """
+    finished = ~np.isnan(finish_time_s)
+    no_ttft, no_tpot, no_deadline = np.isnan(slo_ttft_s), np.isnan(slo_tpot_s), np.isnan(deadline_s)
+    with np.errstate(invalid="ignore"):
+        ttft_ok = no_ttft | (ttft_s < slo_ttft_s)
+        tpot_ok = no_tpot | (tpot_s < slo_tpot_s) | np.isnan(tpot_s)
+        deadline_ok = no_deadline | (finish_time_s <= deadline_s)
+    met = finished & ttft_ok & tpot_ok & deadline_ok
+    has_slo = ~(no_ttft & no_tpot & no_deadline)
+    return met, has_slo
+
+
+def derived_request_columns(
+    arrival: np.ndarray,
+    first_token: np.ndarray,
+    finish: np.ndarray,
+    num_output: np.ndarray,
+    slo_ttft: np.ndarray,
+    slo_tpot: np.ndarray,
+    deadline: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """TTFT, TPOT (over the gaps after the first token), end-to-end latency and SLO outcome.
+
+    ``slo_met`` comes back as (met, has_slo) boolean arrays under that key's two halves:
+    ``"slo_met"`` and ``"_has_slo"``.
+    """
+    ttft = first_token - arrival
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(num_output > 1, (finish - first_token) / (num_output - 1), np.nan)
+    e2e = finish - arrival
+    met, has_slo = slo_outcome(ttft, tpot, finish, slo_ttft, slo_tpot, deadline)
+    return {RC.TTFT_S.value: ttft, RC.TPOT_S.value: tpot, RC.E2E_S.value: e2e,
+            RC.SLO_MET.value: met, "_has_slo": has_slo}  # fmt: skip
+
+
+def _floats(values: Sequence) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def request_table(raw: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
+    """The request table from the engine's raw per-request columns (every non-derived column).
+
+    Trusted input (the engine's own); user-supplied rows go through ``requests_frame``, which
+    validates them.
+    """
+    n = len(raw[RC.REQUEST_ID.value])
+    table: dict[str, np.ndarray] = {}
+    for column in RequestColumn:
+        if column in DERIVED_REQUEST_COLUMNS:
+            continue
+        values = raw[column.value]
+        if column in FLOAT_REQUEST_COLUMNS:
+            table[column.value] = _floats(values)
+        elif column in INT_REQUEST_COLUMNS:
+            table[column.value] = np.array(values, dtype=np.int64).reshape(n)
+        else:
+            arr = np.empty(n, dtype=object)
+            arr[:] = list(values)
+            table[column.value] = arr
+    derived = derived_request_columns(
+        table[RC.ARRIVAL_TIME_S.value],
+        table[RC.FIRST_TOKEN_TIME_S.value],
+        table[RC.FINISH_TIME_S.value],
+        table[RC.NUM_OUTPUT_TOKENS.value],
+        table[RC.SLO_TTFT_S.value],
+        table[RC.SLO_TPOT_S.value],
+        table[RC.DEADLINE_S.value],
+    )
+    met = np.empty(n, dtype=object)
+    met[:] = derived[RC.SLO_MET.value].tolist()
+    met[~derived["_has_slo"]] = None
+    derived[RC.SLO_MET.value] = met
+    table.update({c.value: derived[c.value] for c in DERIVED_REQUEST_COLUMNS})
+    return {c.value: table[c.value] for c in RequestColumn}
+
+
+def _csv_cells(values: np.ndarray) -> list:
+    """Python values as pandas' ``to_csv`` prints them: NaN and None empty, floats by repr."""
+    if values.dtype == np.float64:
+        return [None if v != v else v for v in values.tolist()]
+    return values.tolist()
+
+
+def write_table(table: Mapping[str, np.ndarray], path: str | os.PathLike[str]) -> Path:
+    """Write a table as CSV (``.csv`` or ``.csv.gz``), atomically.
+
+    The bytes equal what ``write_frame(requests_frame(...), path)`` writes for the same records.
+
+    Args:
+        table: Columns by name, all of one length (a request table, or any such dict).
+        path: Destination ending in ``.csv`` or ``.csv.gz``; its directory must exist.
+
+    Returns:
+        The path written.
+    """
+    target = Path(path)
+    name = target.name.lower()
+    if not name.endswith((".csv", ".csv.gz")):
+        raise ValueError(f"write_table: {str(path)!r} must end in .csv or .csv.gz")
+    columns = [_csv_cells(np.asarray(v)) for v in table.values()]
+    with atomic_output(target) as tmp, open(tmp, "wb") as raw:
+        if name.endswith(".gz"):
+            with (
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as compressed,
+                io.TextIOWrapper(compressed, encoding="utf-8", newline="") as text,
+            ):
+                _write_rows(text, list(table), columns)
+        else:
+            with io.TextIOWrapper(raw, encoding="utf-8", newline="") as text:
+                _write_rows(text, list(table), columns)
+    return target
+
+
+def _write_rows(text: io.TextIOBase, header: list[str], columns: list[list]) -> None:
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(zip(*columns, strict=True))

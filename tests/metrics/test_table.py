@@ -1,0 +1,57 @@
+"""The pandas-free request table equals the DataFrame path, bytes on disk included."""
+
+from __future__ import annotations
+
+from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.metrics.io import write_frame
+from llmsched_gym.metrics.records import frame_from_table, requests_frame
+from llmsched_gym.metrics.summary import summarize, summary_values
+from llmsched_gym.metrics.table import request_table, write_table
+from llmsched_gym.simulation import request_columns, simulate
+
+
+def _run():
+    specs = [
+        RequestSpec(f"r{i}", 0.1 * i, 10 + 7 * i, 1 + (i % 5), 1 + (i % 5),
+                    priority=i % 2, slo_ttft_s=0.5 if i % 3 else None,
+                    slo_tpot_s=0.05 if i % 4 == 0 else None,
+                    job_id=f"j{i % 3}" if i % 2 else None, client_id="c,1" if i == 3 else None)
+        for i in range(12)
+    ]  # fmt: skip
+    cfg = {"max_num_batched_tokens": 32, "max_num_seqs": 4, "block_size": 4, "num_gpu_blocks": 40}
+    return simulate(specs, cfg, "vllm-v1", "constant:0.05")
+
+
+def test_table_frame_equals_validated_frame() -> None:
+    res = _run()
+    raw = request_columns([])  # column names only
+    assert set(raw) <= set(res.request_table)
+    via_rows = requests_frame({k: res.request_table[k] for k in raw})
+    via_table = frame_from_table(res.request_table)
+    assert via_table.equals(via_rows)
+    assert list(via_table.dtypes) == list(via_rows.dtypes)
+    assert res.requests.equals(via_rows)
+
+
+def test_write_table_bytes_equal_write_frame(tmp_path) -> None:
+    res = _run()
+    for name in ("r.csv", "r.csv.gz"):
+        write_table(res.request_table, tmp_path / f"table-{name}")
+        write_frame(res.requests, tmp_path / f"frame-{name}")
+        assert (tmp_path / f"table-{name}").read_bytes() == (tmp_path / f"frame-{name}").read_bytes()
+
+
+def test_summary_from_table_equals_summary_from_frame() -> None:
+    res = _run()
+    a = summary_values(res.request_table, itl=res.itl)
+    b = dict(summarize(res.requests, itl=res.itl))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]), k
+    assert a["num_jobs"] == 3
+
+
+def test_empty_table() -> None:
+    table = request_table(request_columns([]))
+    assert frame_from_table(table).empty
+    assert summary_values(table)["num_requests"] == 0
