@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_gym._gc import gc_paused
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy
 from llmsched_gym.core.job import Job
@@ -149,60 +150,61 @@ def simulate(
     for x in specs:
         if not isinstance(x, RequestSpec):
             raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
-    t0 = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        log_file = None
-        if schedule_log is not None:
-            from llmsched_gym.metrics._atomic import atomic_output
+    with gc_paused():  # no reference cycles in the run or its records; see llmsched_gym._gc
+        t0 = time.perf_counter()
+        with contextlib.ExitStack() as stack:
+            log_file = None
+            if schedule_log is not None:
+                from llmsched_gym.metrics._atomic import atomic_output
 
-            tmp = stack.enter_context(atomic_output(schedule_log))
-            log_file = stack.enter_context(open(tmp, "w"))
-        engine = Engine(
-            cfg,
-            policy,
-            model,
-            fast_forward=fast_forward,
-            schedule_log=log_file,
-            record_steps=record_steps,
-        )
-        engine.add_requests(specs)
-        if jobs:
-            engine.add_jobs(jobs)
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            total = len(specs) + sum(job.num_requests for job in jobs)
-            bar = stack.enter_context(
-                tqdm(total=total, unit="req", desc=f"simulate {policy.name}", leave=False)
+                tmp = stack.enter_context(atomic_output(schedule_log))
+                log_file = stack.enter_context(open(tmp, "w"))
+            engine = Engine(
+                cfg,
+                policy,
+                model,
+                fast_forward=fast_forward,
+                schedule_log=log_file,
+                record_steps=record_steps,
             )
-        engine.run(progress=bar.update if bar is not None else None)
-    wall = time.perf_counter() - t0
-    table = request_table(request_columns(engine.finished))
-    steps = None
-    if record_steps:
-        from llmsched_gym.metrics.records import steps_frame
+            engine.add_requests(specs)
+            if jobs:
+                engine.add_jobs(jobs)
+            bar = None
+            if progress:
+                from tqdm import tqdm
 
-        steps = steps_frame(engine.step_columns())
-    itl = (np.asarray(engine.itl_values), np.asarray(engine.itl_weights, dtype=np.int64))
-    summary = summary_values(table, steps, itl=itl)
-    summary["num_steps"] = engine.num_steps
-    summary["prefix_cache_queries"] = engine.kv.queries
-    summary["prefix_cache_hits"] = engine.kv.hits
-    result = SimulationResult(
-        request_table=table,
-        summary=summary,
-        steps=steps,
-        itl=itl,
-        scheduler=policy.name,
-        cost_model=getattr(model, "name", str(cost_model)),
-        config=cfg,
-        num_steps=engine.num_steps,
-        num_fast_forward_steps=engine.num_ff_steps,
-        wall_s=wall,
-    )
-    if jobs:
-        from llmsched_gym.metrics.records import jobs_frame
+                total = len(specs) + sum(job.num_requests for job in jobs)
+                bar = stack.enter_context(
+                    tqdm(total=total, unit="req", desc=f"simulate {policy.name}", leave=False)
+                )
+            engine.run(progress=bar.update if bar is not None else None)
+        wall = time.perf_counter() - t0
+        table = request_table(request_columns(engine.finished))
+        steps = None
+        if record_steps:
+            from llmsched_gym.metrics.records import steps_frame
 
-        result.jobs = jobs_frame(result.requests, jobs)
+            steps = steps_frame(engine.step_columns())
+        itl = (np.asarray(engine.itl_values), np.asarray(engine.itl_weights, dtype=np.int64))
+        summary = summary_values(table, steps, itl=itl)
+        summary["num_steps"] = engine.num_steps
+        summary["prefix_cache_queries"] = engine.kv.queries
+        summary["prefix_cache_hits"] = engine.kv.hits
+        result = SimulationResult(
+            request_table=table,
+            summary=summary,
+            steps=steps,
+            itl=itl,
+            scheduler=policy.name,
+            cost_model=getattr(model, "name", str(cost_model)),
+            config=cfg,
+            num_steps=engine.num_steps,
+            num_fast_forward_steps=engine.num_ff_steps,
+            wall_s=wall,
+        )
+        if jobs:
+            from llmsched_gym.metrics.records import jobs_frame
+
+            result.jobs = jobs_frame(result.requests, jobs)
     return result

@@ -98,6 +98,13 @@ def _add_run_args(p: argparse.ArgumentParser, cost_default: str) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    from llmsched_gym._gc import gc_paused
+
+    with gc_paused():  # a short process building records of tens of thousands of requests
+        return _simulate_and_write(args)
+
+
+def _simulate_and_write(args: argparse.Namespace) -> int:
     from llmsched_gym.simulation import simulate
 
     out = Path(args.out) if args.out else None

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from llmsched_gym._gc import gc_paused
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.job import Job, JobState, JobTracker
 from llmsched_gym.core.queues import FCFSQueue, PriorityQueue, vllm_priority_key
@@ -391,20 +392,21 @@ class Engine:
         """Run until all requests finish, or to the first step starting at or after ``until``."""
         self._until = float("inf") if until is None else until
         last_done = 0
-        while True:
-            self._admit_arrivals()
-            if not self.running and not self.waiting:
-                if self._next_arrival >= len(self._pending):
+        with gc_paused():  # the loop makes no reference cycles; see llmsched_gym._gc
+            while True:
+                self._admit_arrivals()
+                if not self.running and not self.waiting:
+                    if self._next_arrival >= len(self._pending):
+                        break
+                    self.now = max(self.now, self._pending[self._next_arrival].arrival_time)
+                    continue
+                if until is not None and self.now >= until:
                     break
-                self.now = max(self.now, self._pending[self._next_arrival].arrival_time)
-                continue
-            if until is not None and self.now >= until:
-                break
-            if not (self.fast_forward and self._try_fast_forward()):
-                self._step()
-            if progress is not None and len(self.finished) != last_done:
-                progress(len(self.finished) - last_done)
-                last_done = len(self.finished)
+                if not (self.fast_forward and self._try_fast_forward()):
+                    self._step()
+                if progress is not None and len(self.finished) != last_done:
+                    progress(len(self.finished) - last_done)
+                    last_done = len(self.finished)
 
     def step(self) -> bool:
         """Execute exactly one engine step (no fast-forward); False when nothing is left to do.
@@ -504,6 +506,19 @@ class Engine:
         n = len(running)
         if n == 0 or n > self.config.max_num_batched_tokens:
             return False
+        # The waiting head first: after a finish it is usually admissible (a stepped step).
+        waiting = self.waiting
+        if waiting and n < self.config.max_num_seqs:
+            if not policy.head_of_line:
+                return False
+            head = waiting.peek()
+            # Admission needs (blocks_to_admit <= free); during the stretch free blocks only
+            # shrink and the head's need only grows (hits can only be evicted), so a blocked
+            # head stays blocked.
+            if not self.kv.surely_blocked(head):
+                hits, _ = self.kv.get_computed_blocks(head)
+                if self.kv.blocks_to_admit(head, hits) <= self.kv.pool.num_free:
+                    return False
         bs = self.config.block_size
         min_left = 1 << 62
         m0 = 0
@@ -522,18 +537,6 @@ class Engine:
         k = min_left
         if k < 2:
             return False
-        waiting = self.waiting
-        if waiting and n < self.config.max_num_seqs:
-            if not policy.head_of_line:
-                return False
-            head = waiting.peek()
-            # Admission needs (blocks_to_admit <= free); during the stretch free blocks only
-            # shrink and the head's need only grows (hits can only be evicted), so a blocked
-            # head stays blocked.
-            if not self.kv.surely_blocked(head):
-                hits, _ = self.kv.get_computed_blocks(head)
-                if self.kv.blocks_to_admit(head, hits) <= self.kv.pool.num_free:
-                    return False
         # Largest k such that the block-boundary allocations in steps [0, k) fit in free blocks.
         k = _max_steps_within_blocks(offsets, bs, self.kv.pool.num_free, k)
         if k < 2:

@@ -9,9 +9,7 @@ directly (``write_table``), so a plain ``simulate`` never pays for importing pan
 
 from __future__ import annotations
 
-import csv
 import gzip
-import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -145,11 +143,23 @@ def request_table(raw: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
     return {c.value: table[c.value] for c in RequestColumn}
 
 
-def _csv_cells(values: np.ndarray) -> list:
-    """Python values as pandas' ``to_csv`` prints them: NaN and None empty, floats by repr."""
+def _csv_cells(values: np.ndarray) -> list[str]:
+    """A column as pandas' ``to_csv`` prints it.
+
+    Floats by repr, NaN and None empty, text quoted (csv.QUOTE_MINIMAL) when it holds a comma,
+    quote or line break.
+    """
     if values.dtype == np.float64:
-        return [None if v != v else v for v in values.tolist()]
-    return values.tolist()
+        return ["" if v != v else repr(v) for v in values.tolist()]
+    if values.dtype == np.int64:
+        return list(map(str, values.tolist()))
+    return ["" if v is None else _quote(str(v)) for v in values.tolist()]
+
+
+def _quote(text: str) -> str:
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def write_table(table: Mapping[str, np.ndarray], path: str | os.PathLike[str]) -> Path:
@@ -168,21 +178,13 @@ def write_table(table: Mapping[str, np.ndarray], path: str | os.PathLike[str]) -
     name = target.name.lower()
     if not name.endswith((".csv", ".csv.gz")):
         raise ValueError(f"write_table: {str(path)!r} must end in .csv or .csv.gz")
-    columns = [_csv_cells(np.asarray(v)) for v in table.values()]
+    header = ",".join(_quote(name) for name in table)
+    rows = map(",".join, zip(*(_csv_cells(np.asarray(v)) for v in table.values()), strict=True))
+    data = "\n".join([header, *rows, ""]).encode()
     with atomic_output(target) as tmp, open(tmp, "wb") as raw:
         if name.endswith(".gz"):
-            with (
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as compressed,
-                io.TextIOWrapper(compressed, encoding="utf-8", newline="") as text,
-            ):
-                _write_rows(text, list(table), columns)
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as compressed:
+                compressed.write(data)
         else:
-            with io.TextIOWrapper(raw, encoding="utf-8", newline="") as text:
-                _write_rows(text, list(table), columns)
+            raw.write(data)
     return target
-
-
-def _write_rows(text: io.TextIOBase, header: list[str], columns: list[list]) -> None:
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(zip(*columns, strict=True))

@@ -38,21 +38,20 @@ formats they come in (Azure 2023 CSV, Vidur's processed CSVs, Mooncake JSONL) by
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import functools
-import gc
 import gzip
 import io
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+from llmsched_gym._gc import gc_paused
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import TraceError
 from llmsched_gym.metrics._atomic import atomic_output
@@ -361,7 +360,7 @@ def load_trace(
                 f"shipped traces: {', '.join(catalog.SHIPPED_TRACES)}"
             )
         label = name
-        with _gc_paused():
+        with gc_paused():
             specs = _read_file(
                 trace_format or "contract", path, name, f"{path.name.split('.')[0]}-", limit
             )
@@ -391,24 +390,8 @@ def _load_shipped(name: str, limit: int | None) -> tuple[RequestSpec, ...]:
     """Reads a shipped trace once per process, in file order (the file and specs are immutable)."""
     info = catalog.SHIPPED_TRACES[name]
     source = catalog.shipped_resource(info)
-    with _gc_paused():
+    with gc_paused():
         return tuple(catalog.read_raw(info.trace_format, source, str(source), f"{name}-", limit))
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pauses the cyclic garbage collector while tens of thousands of specs are allocated.
-
-    The specs hold no reference cycles; without the pause, generation-0 collections triggered by
-    the allocations themselves cost about a fifth of the load time.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def save_trace(specs: Iterable[RequestSpec], path: str | os.PathLike[str]) -> Path:
