@@ -9,9 +9,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from llmsched_gym.config import EngineConfig
-from llmsched_gym.errors import LLMSchedError
+from llmsched_gym.errors import ConfigError, LLMSchedError
 
 DEFAULT_COST_MODEL = "vidur:llama-2-70b@h100-80gb/tp4"
 COMPARE_BATCHED_TOKENS = 16384
@@ -65,18 +66,32 @@ def _engine_settings(args: argparse.Namespace) -> dict:
 def _add_run_args(p: argparse.ArgumentParser, cost_default: str) -> None:
     p.add_argument(
         "--trace",
-        default=DEFAULT_TRACE,
+        default=None,
         metavar="FILE|NAME",
         help="a trace-contract JSONL file, or a shipped real trace by name (see 'llmsched-gym "
         f"list traces'); default {DEFAULT_TRACE} (Azure 2023 conversations, 19,366 requests)",
     )
     p.add_argument(
+        "--scenario",
+        default=None,
+        metavar="NAME|FILE",
+        help="a scenario spec instead of --trace: its workload, engine settings, cost model, "
+        "scheduler and SLOs (see 'llmsched-gym workloads'); flags given here override them",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seed of the scenario's workload generator (default: the scenario's own)",
+    )
+    p.add_argument(
         "--cost-model",
-        default=cost_default,
+        default=None,
         metavar="PROFILE",
         help="step-time model: a profile name (see 'llmsched-gym list profiles'), "
         "roofline:<model>@<gpu>[/tp<N>], a profile YAML path, or constant:SECONDS (every step "
-        f"costs SECONDS; for tests and oracles); default {cost_default}",
+        f"costs SECONDS; for tests and oracles); default: the scenario's, else {cost_default}",
     )
     p.add_argument(
         "--num-requests",
@@ -97,6 +112,35 @@ def _add_run_args(p: argparse.ArgumentParser, cost_default: str) -> None:
     _add_engine_args(p)
 
 
+def _workload(args: argparse.Namespace) -> tuple[Any, dict, Any, str, str]:
+    """(trace or items, engine settings, cost model, scheduler, label) from --trace/--scenario.
+
+    Without a scenario the trace stays a name or path (``simulate`` reads it); with one, its
+    workload is built here and explicit flags override its engine settings, model and scheduler.
+    """
+    scheduler = getattr(args, "scheduler", None)
+    if args.scenario is None:
+        if args.seed is not None:
+            raise ConfigError("--seed seeds a scenario's workload; give --scenario too")
+        trace = args.trace or DEFAULT_TRACE
+        model = args.cost_model or DEFAULT_COST_MODEL
+        return trace, _engine_settings(args), model, scheduler or "vllm-v1", str(trace)
+    if args.trace is not None or args.num_requests is not None:
+        raise ConfigError(
+            "--scenario sets the workload: drop --trace and --num-requests (copy the scenario "
+            "YAML and change its workload to vary it)"
+        )
+    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.scenarios import load_scenario
+
+    scenario = load_scenario(args.scenario)
+    model = load_cost_model(args.cost_model or scenario.cost_model)
+    items = scenario.build_workload(args.seed, cost_model=model)
+    settings = {**scenario.engine, **_engine_settings(args)}
+    EngineConfig.from_dict(settings, source=f"scenario {scenario.name} with flags")
+    return items, settings, model, scheduler or scenario.scheduler, scenario.name
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from llmsched_gym._gc import gc_paused
 
@@ -107,14 +151,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _simulate_and_write(args: argparse.Namespace) -> int:
     from llmsched_gym.simulation import simulate
 
+    workload, settings, model, scheduler, _ = _workload(args)
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     result = simulate(
-        args.trace,
-        _engine_settings(args),
-        args.scheduler,
-        args.cost_model,
+        workload,
+        settings,
+        scheduler,
+        model,
         fast_forward=args.fast_forward,
         schedule_log=args.schedule_log,
         record_steps=args.record_steps,
@@ -206,23 +251,23 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from llmsched_gym.metrics.plots import plot_comparison
     from llmsched_gym.metrics.summary import compare
     from llmsched_gym.simulation import simulate
+    from llmsched_gym.workloads.stats import flatten_requests
     from llmsched_gym.workloads.trace import load_trace
 
-    specs = load_trace(args.trace, limit=args.num_requests)
-    settings = _engine_settings(args)
+    workload, settings, model, _, label = _workload(args)
+    specs = load_trace(workload, limit=args.num_requests) if isinstance(workload, str) else workload
     if "max_num_batched_tokens" not in settings:
         # vllm-v0 cannot chunk a prefill: give every scheduler the same budget, large enough
         # for the longest prompt of the shipped traces (14,050 tokens), as vLLM V0 required.
-        settings["max_num_batched_tokens"] = max(
-            COMPARE_BATCHED_TOKENS, max(s.prompt_len + s.output_len for s in specs)
-        )
+        longest = max(s.prompt_len + s.output_len for s in flatten_requests(specs))
+        settings["max_num_batched_tokens"] = max(COMPARE_BATCHED_TOKENS, longest)
     results = {}
     for name in args.schedulers.split(","):
         res = simulate(
             specs,
             settings,
             name.strip(),
-            args.cost_model,
+            model,
             fast_forward=args.fast_forward,
             progress=args.progress and sys.stderr.isatty(),
         )
@@ -236,7 +281,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print(
-            f"trace {args.trace} ({len(specs)} requests), cost model {args.cost_model}, "
+            f"workload {label} ({sum(1 for _ in flatten_requests(specs))} requests), cost model "
+            f"{next(iter(results.values())).cost_model}, "
             f"num_gpu_blocks={next(iter(results.values())).config.num_gpu_blocks}"
         )
         print(table.to_string())
@@ -274,6 +320,68 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print("cost profiles:")
         for k in list_profiles():
             print(f"  {k}")
+    return 0
+
+
+def _cmd_workloads(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        return _show_workload(args)
+    from llmsched_gym.scenarios import WORKLOAD_KINDS, list_scenarios, load_scenario
+    from llmsched_gym.scenarios.spec import validate_workload
+    from llmsched_gym.workloads.catalog import list_traces, trace_info
+
+    validate_workload({"kind": "grid", "num_requests": 1, "mix": "SISO"}, "probe")  # load kinds
+    print("generators (scenario workload kinds):")
+    for name, kind in WORKLOAD_KINDS.items():
+        print(f"  {name:<10} {kind.description}")
+        print(f"  {'':<10} parameters: {', '.join(kind.params)}")
+    print("\ntraces (name: requests, arrivals; 'llmsched-gym workloads show NAME' for statistics):")
+    for name in list_traces():
+        info = trace_info(name)
+        print(f"  {name:<24} {info.num_requests:>6} requests  {info.description.split(':')[0]}")
+    print("\nscenarios (llmsched-gym simulate --scenario NAME):")
+    for name, desc in list_scenarios().items():
+        paper = load_scenario(name).paper
+        print(f"  {name:<32} [{paper or 'chat'}] {desc}")
+    return 0
+
+
+def _show_workload(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from llmsched_gym.workloads.catalog import list_traces
+    from llmsched_gym.workloads.stats import (
+        flatten_requests,
+        job_stats,
+        plot_length_histogram,
+        workload_stats,
+    )
+
+    if args.name is None:
+        raise ConfigError("workloads show needs a NAME: a shipped trace, a scenario or a file")
+    name = args.name
+    if name in list_traces() or (name.endswith(".jsonl") and Path(name).is_file()):
+        from llmsched_gym.workloads.trace import load_trace
+
+        items, label = list(load_trace(name)), f"trace {name}"
+    else:
+        from llmsched_gym.scenarios import load_scenario
+
+        scenario = load_scenario(name)
+        items = scenario.build_workload(args.seed)
+        label = (
+            f"scenario {scenario.name} (seed {scenario.seed if args.seed is None else args.seed})"
+        )
+    specs = flatten_requests(items)
+    if not specs:
+        raise ConfigError(f"{label} has no requests")
+    stats = {**workload_stats(specs), **job_stats(items)}
+    print(label)
+    with pd.option_context("display.float_format", "{:,.4g}".format):
+        print(pd.Series(stats, dtype=object).to_string())
+    if args.plot:
+        path = plot_length_histogram(specs, args.plot, title=label)
+        print(f"wrote {path}")
     return 0
 
 
@@ -334,6 +442,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quick", action="store_true", help="smaller workloads (a smoke test)")
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser(
+        "workloads",
+        help="list workload generators, traces and scenarios; show one's statistics",
+        description="Without arguments: every workload generator (scenario kind), shipped trace "
+        "and scenario with a one-line description. 'show NAME': a statistics table (counts, "
+        "rates, prompt/output length percentiles, prefix-sharing ratio, jobs) of a trace, "
+        "scenario or trace file, and optionally a length histogram.",
+    )
+    p.add_argument("action", nargs="?", default="list", choices=("list", "show"))
+    p.add_argument("name", nargs="?", default=None, metavar="NAME", help="trace or scenario")
+    p.add_argument("--plot", metavar="FILE", help="write a prompt/output length histogram here")
+    p.add_argument("--seed", type=int, default=None, help="seed of a scenario's generator")
+    p.set_defaults(func=_cmd_workloads)
 
     p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
     p.add_argument(

@@ -20,6 +20,7 @@ Definitions (``workload_stats``):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -137,6 +138,52 @@ def workload_stats(specs: Sequence[RequestSpec], *, block_size: int = 16) -> dic
         stats[f"total_{name.split('_')[0]}_tokens"] = int(values.sum())
     stats["prefix_sharing_ratio"] = prefix_sharing_ratio(specs, block_size)
     return stats
+
+
+def flatten_requests(items: Sequence[Any]) -> list[RequestSpec]:
+    """The requests of a workload of requests and jobs, for statistics.
+
+    A job's fixed-stage requests count with ``arrival_time`` = job arrival + release offset (when
+    later stages are released depends on the run); stages built at release are not counted.
+    """
+    from llmsched_gym.core.job import Job
+
+    out: list[RequestSpec] = []
+    for item in items:
+        if isinstance(item, Job):
+            for stage in item.stages:
+                out.extend(
+                    dataclasses.replace(
+                        r, arrival_time=item.arrival_time + r.arrival_time, job_id=item.job_id,
+                        stage=stage.name,
+                    )
+                    for r in stage.requests
+                )  # fmt: skip
+        else:
+            out.append(item)
+    return out
+
+
+def job_stats(items: Sequence[Any]) -> dict[str, float]:
+    """Counts of a workload's jobs: ``num_jobs``, job rate, requests and stages per job."""
+    from llmsched_gym.core.job import Job
+
+    jobs = [j for j in items if isinstance(j, Job)]
+    n = len(jobs)
+    if not n:
+        return {"num_jobs": 0}
+    arrivals = np.array([j.arrival_time for j in jobs], dtype=np.float64)
+    span = float(arrivals.max() - arrivals.min())
+    reqs = np.array([j.num_requests for j in jobs], dtype=np.float64)
+    stages = np.array([len(j.stages) for j in jobs], dtype=np.float64)
+    return {
+        "num_jobs": n,
+        "job_rate_per_s": (n - 1) / span if n > 1 and span > 0 else math.nan,
+        "requests_per_job_mean": float(reqs.mean()),
+        "requests_per_job_max": int(reqs.max()),
+        "stages_per_job_mean": float(stages.mean()),
+        "stages_per_job_max": int(stages.max()),
+    }
 
 
 def stats_table(traces: Mapping[str, Sequence[RequestSpec]], *, block_size: int = 16) -> Any:

@@ -1,0 +1,1 @@
+"""Shipped scenario specs (YAML), installed as ``llmsched_gym.scenarios.specs``."""

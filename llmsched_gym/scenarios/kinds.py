@@ -1,0 +1,186 @@
+"""The workload kinds a scenario can name, each a thin adapter over ``llmsched_gym.workloads``.
+
+Every kind declares its parameters (type, default, range) so a scenario is validated before any
+data is read, and builds deterministically from ``(parameters, seed, cost model)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from llmsched_gym.core.job import Job
+from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.scenarios.spec import REQUIRED, WORKLOAD_KINDS, Param, WorkloadKind, positive
+
+_INT = (int,)
+_NUM = (float, int)
+_STR = (str,)
+_BOOL = (bool,)
+_ARRIVALS = ("replay", "poisson", "gamma")
+
+
+def _one_of(values: tuple[str, ...], default: Any, doc: str) -> Param:
+    return Param(_STR, default, lambda v: v in values, f"one of {list(values)}", doc)
+
+
+def _build_trace(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[RequestSpec]:
+    from llmsched_gym.workloads import arrivals, priority
+    from llmsched_gym.workloads.trace import load_trace
+
+    specs = list(load_trace(p["trace"], limit=p["limit"]))
+    if p["num_requests"] is not None:
+        specs = arrivals.sample_requests(specs, p["num_requests"], seed=seed)
+    if p["arrival"] == "replay":
+        if p["rate_per_s"] is not None:
+            specs = arrivals.rescale_to_rate(specs, p["rate_per_s"])
+    elif p["arrival"] == "poisson":
+        specs = arrivals.poisson_arrivals(specs, p["rate_per_s"], seed=seed)
+    else:
+        specs = arrivals.gamma_arrivals(specs, p["rate_per_s"], p["cv"], seed=seed)
+    if p["priority_classes"]:
+        specs = priority.assign_priority_classes(specs, per_client=p["per_client"], seed=seed)
+    if p["slo_scale"] is not None:
+        specs = priority.assign_slos(
+            specs,
+            cost_model=cost_model,
+            ttft_scale=p["slo_scale"],
+            tpot_scale=p["slo_scale"],
+        )
+    return specs
+
+
+def _check_trace(p: Mapping[str, Any]) -> str | None:
+    if p["arrival"] in ("poisson", "gamma") and p["rate_per_s"] is None:
+        return f"arrival {p['arrival']!r} needs rate_per_s"
+    return None
+
+
+def _build_relquery(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Job]:
+    from llmsched_gym.workloads.relquery import relquery_jobs
+
+    return relquery_jobs(
+        p["dataset"],
+        p["num_queries"],
+        p["rate_per_s"],
+        seed=seed,
+        max_model_len=p["max_model_len"],
+        burstiness=p["burstiness"],
+        row_sampling=p["row_sampling"],
+    )
+
+
+def _build_text2sql(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Job]:
+    from llmsched_gym.workloads.text2sql import text2sql_jobs
+
+    return text2sql_jobs(
+        p["trace"],
+        p["num_queries"],
+        p["rate_per_s"],
+        seed=seed,
+        slo_scale=p["slo_scale"],
+        cost_model=None if p["slo_base_s"] is not None else cost_model,
+        slo_base_s=p["slo_base_s"],
+        prompt_source=p["prompt_source"],
+    )
+
+
+def _build_grid(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[RequestSpec]:
+    from llmsched_gym.workloads.grids import infermax_mix, offline_batch
+
+    if p["mix"] is not None:
+        return infermax_mix(p["mix"], p["num_requests"], seed=seed)
+    return offline_batch(p["num_requests"], p["input_len"], p["output_len"])
+
+
+def _check_grid(p: Mapping[str, Any]) -> str | None:
+    if p["mix"] is None and (p["input_len"] is None or p["output_len"] is None):
+        return "needs input_len and output_len, or a mix such as 'LILO+SISO'"
+    if p["mix"] is not None and (p["input_len"] is not None or p["output_len"] is not None):
+        return "takes either a mix or input_len/output_len, not both"
+    return None
+
+
+def _build_servegen(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[RequestSpec]:
+    from llmsched_gym.workloads.servegen import generate_servegen
+
+    return generate_servegen(
+        p["model"],
+        start_s=p["start_s"],
+        duration_s=p["duration_s"],
+        target_rate_per_s=p["target_rate_per_s"],
+        seed=seed,
+    )
+
+
+WORKLOAD_KINDS.update(
+    {
+        "trace": WorkloadKind(
+            "a shipped real trace (or a trace-contract file), replayed or re-timed",
+            {
+                "trace": Param(_STR, doc="shipped trace name or trace-contract file"),
+                "limit": positive(_INT, None, "read only the first N requests"),
+                "num_requests": positive(_INT, None, "sample N requests (seeded, order kept)"),
+                "arrival": _one_of(_ARRIVALS, "replay", "replay timestamps, or re-draw them"),
+                "rate_per_s": positive(_NUM, None, "target mean rate (rescales a replay)"),
+                "cv": positive(_NUM, 1.0, "gamma coefficient of variation of the gaps"),
+                "priority_classes": Param(_BOOL, False, doc="ProServe high/low classes (2:1)"),
+                "per_client": Param(_BOOL, False, doc="one priority class per client"),
+                "slo_scale": positive(_NUM, None, "TTFT/TPOT SLOs as multiples of unloaded"),
+            },
+            _build_trace,
+            _check_trace,
+        ),
+        "relquery": WorkloadKind(
+            "RelServe relQueries: one LLM call per table row, all rows together (jobs)",
+            {
+                "dataset": _one_of(
+                    ("amazon", "rotten", "beer", "pdmx", "all"), REQUIRED, "RelServe Table 4 table"
+                ),
+                "num_queries": positive(_INT, 100, "relQueries"),
+                "rate_per_s": positive(_NUM, 1.0, "relQueries per second (Poisson)"),
+                "max_model_len": positive(_INT, 2048, "drop prompt+max_tokens > this - 10"),
+                "burstiness": positive(_NUM, 1.0, "gamma shape of the gaps (1: Poisson)"),
+                "row_sampling": _one_of(
+                    ("independent", "code"), "independent", "fresh rows, or RelServe code's"
+                ),
+            },
+            _build_relquery,
+        ),
+        "text2sql": WorkloadKind(
+            "CHESS Text-to-SQL workflows from HexGen-Flow traces (DAG jobs with an SLO)",
+            {
+                "trace": _one_of(
+                    ("trace1", "trace2", "trace3", "financial", "formula1"), "trace3", "source"
+                ),
+                "num_queries": positive(_INT, None, "queries (default: as many as the trace)"),
+                "rate_per_s": positive(_NUM, 1.0, "queries per second (Poisson)"),
+                "slo_scale": positive(_NUM, 5.0, "end-to-end SLO in base-SLO units"),
+                "slo_base_s": positive(_NUM, None, "base SLO in s (default: from cost model)"),
+                "prompt_source": _one_of(("trace", "templates"), "trace", "input lengths"),
+            },
+            _build_text2sql,
+        ),
+        "grid": WorkloadKind(
+            "InferMax offline batch: B requests at t = 0, fixed sizes or a SISO/SILO/LISO/LILO mix",
+            {
+                "num_requests": positive(_INT, doc="batch size B"),
+                "input_len": positive(_INT, None, "prompt tokens I"),
+                "output_len": positive(_INT, None, "output tokens O"),
+                "mix": Param(_STR, None, doc="InferMax groups, e.g. 'LILO+SISO'"),
+            },
+            _build_grid,
+            _check_grid,
+        ),
+        "servegen": WorkloadKind(
+            "ServeGen per-client rate and length distributions, generated per client",
+            {
+                "model": _one_of(("m-small", "deepseek-r1", "mm-image"), "m-small", "pool"),
+                "start_s": Param(_NUM, 0.0, lambda v: v >= 0, ">= 0", "window start in s"),
+                "duration_s": positive(_NUM, 600.0, "seconds of traffic"),
+                "target_rate_per_s": positive(_NUM, None, "rescale the total rate"),
+            },
+            _build_servegen,
+        ),
+    }
+)
