@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from llmsched_gym import _yaml
 from llmsched_gym.errors import ConfigError
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
@@ -100,9 +101,7 @@ class EngineConfig:
             raise ConfigError(f"cannot read engine config {path}: {exc.strerror}") from None
         try:
             if path.suffix.lower() in (".yaml", ".yml"):
-                import yaml
-
-                data = yaml.safe_load(text)
+                data = _yaml.safe_load(text)
             else:
                 data = json.loads(text)
         except Exception as exc:  # noqa: BLE001 - any parse error becomes a ConfigError

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from llmsched_gym import _yaml
 from llmsched_gym.errors import CostModelError
 
 __all__ = [
@@ -263,7 +262,7 @@ _MODEL_FIELDS = {
 
 def _read_yaml(filename: str) -> dict[str, Any]:
     text = resources.files("llmsched_gym.cost").joinpath("profiles", filename).read_text("utf-8")
-    data = yaml.safe_load(text)
+    data = _yaml.safe_load(text)
     if not isinstance(data, dict):
         raise CostModelError(f"{filename}: expected a mapping of name -> spec, got {type(data)}")
     return data

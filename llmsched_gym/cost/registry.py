@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from llmsched_gym import _yaml
 from llmsched_gym.cost.base import ConstantCostModel, CostModel, LinearCostModel
 from llmsched_gym.cost.capacity import MemoryOverheads, num_gpu_blocks
 from llmsched_gym.cost.hardware import list_gpus, list_models, resolve_gpu, resolve_model
@@ -143,7 +144,7 @@ def _shipped() -> dict[str, tuple[str, dict[str, Any]]]:
     """Shipped fitted profiles: name -> (file name, parsed document). Duplicate names raise."""
     out: dict[str, tuple[str, dict[str, Any]]] = {}
     for p in _profile_dir_files():
-        doc = yaml.safe_load(p.read_text("utf-8"))
+        doc = _yaml.safe_load(p.read_text("utf-8"))
         name = doc.get("name") if isinstance(doc, dict) else None
         if not isinstance(name, str):
             raise CostModelError(f"shipped profile {p.name} has no string 'name'")
@@ -164,7 +165,7 @@ def _shipped_by_file_name(name: str) -> tuple[dict[str, Any], str] | None:
     path = resources.files("llmsched_gym.cost").joinpath("profiles", file_name)
     if file_name in ("gpus.yaml", "models.yaml") or not path.is_file():
         return None
-    doc = yaml.safe_load(path.read_text("utf-8"))
+    doc = _yaml.safe_load(path.read_text("utf-8"))
     if not isinstance(doc, dict) or doc.get("name") != name:
         return None
     return doc, f"llmsched_gym/cost/profiles/{file_name}"
@@ -223,7 +224,7 @@ def load_profile_file(path: str | Path) -> ProfiledLinearCostModel:
     if not p.is_file():
         raise CostModelError(f"cost profile file {str(p)!r} does not exist")
     try:
-        doc = yaml.safe_load(p.read_text("utf-8"))
+        doc = _yaml.safe_load(p.read_text("utf-8"))
     except yaml.YAMLError as err:
         raise CostModelError(f"cost profile file {str(p)!r} is not valid YAML: {err}") from None
     return _parse_profile(doc, str(p))

@@ -16,6 +16,7 @@ blocks without a hash go to the front, hashed ones to the back (LRU).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from operator import itemgetter
 
 
 class BlockPool:
@@ -156,8 +157,9 @@ class BlockPool:
 
     def num_evictable(self, blocks: Sequence[int]) -> int:
         """How many of ``blocks`` sit in the free queue (touching them uses free capacity)."""
-        ref = self.ref_cnt
-        return sum(1 for b in blocks if ref[b] == 0)
+        if len(blocks) > 1:
+            return itemgetter(*blocks)(self.ref_cnt).count(0)
+        return 1 if blocks and self.ref_cnt[blocks[0]] == 0 else 0
 
     def free_request_blocks(self, blocks: list[int], num_hashed: int, exclusive: bool) -> None:
         """Free a request's blocks tail first; the first ``num_hashed`` of them are cached.

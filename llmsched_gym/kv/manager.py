@@ -148,11 +148,11 @@ class KVCacheManager:
         start = req.num_cached_blocks
         if start >= num_full:
             return
-        blocks, pool = req.blocks, self.pool
-        end = min(num_full, req._num_shareable_blocks)
-        if start < end:
+        shareable = req._num_shareable_blocks
+        if start < shareable:
+            end = num_full if num_full < shareable else shareable
             keys = req.content_keys(end, self.block_size)
-            cache = pool.cache_block
+            blocks, cache = req.blocks, self.pool.cache_block
             for i in range(start, end):
                 cache(blocks[i], keys[i])
         # Blocks of unique content need no registration now: only their owner can hit them,

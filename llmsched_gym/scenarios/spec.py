@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_gym import _yaml
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import RequestSpec
@@ -363,7 +364,7 @@ def _read(text: str, source: str) -> Scenario:
     import yaml
 
     try:
-        data = yaml.safe_load(text)
+        data = _yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"scenario {source} is not valid YAML: {exc}") from None
     return Scenario.from_dict(data, source=source)
