@@ -118,10 +118,13 @@ def run_bench(quick: bool = False) -> dict[str, float]:
         figures[f"{key}.wall_ff_off_s"] = per[False][0]
         figures[f"{key}.ff_gain"] = ratio
     if not quick:
-        whole = _whole_process("splitwise-conv", REFERENCE_PROFILE)
+        # Best of three: one process start is at the mercy of a shared machine's noise.
+        runs = [_whole_process("splitwise-conv", REFERENCE_PROFILE) for _ in range(3)]
+        whole = min(runs)
         figures["splitwise-conv.whole_process_s"] = whole
         print(
             f"whole process: llmsched-gym simulate --trace splitwise-conv --cost-model "
-            f"{REFERENCE_PROFILE} --out DIR  ->  {whole:.2f} s wall (target <= 2 s; Vidur: 48 s)"
+            f"{REFERENCE_PROFILE} --out DIR  ->  {whole:.2f} s wall, best of "
+            f"{', '.join(f'{r:.2f}' for r in runs)} (target <= 2 s; Vidur: 48 s)"
         )
     return figures
