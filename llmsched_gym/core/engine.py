@@ -318,6 +318,8 @@ class Engine:
         self._next_arrival = 0
         self.jobs: JobTracker | None = None
         """Job DAGs (``add_jobs``): releases stage requests as their predecessors finish."""
+        self.finish_listeners: list[Callable[[list[Request], float], None]] = []
+        """Called with (finished requests, finish time) after they free their blocks."""
         self._seq = 0
         self.ctx = StepContext(self)
         # Inter-token latencies as (gap, multiplicity) runs; identical gaps share one entry.
@@ -349,7 +351,9 @@ class Engine:
             self.jobs = JobTracker()
         self.add_requests(self.jobs.add(jobs))
 
-    def _check_specs(self, specs: Sequence[RequestSpec], offset: float = 0.0) -> None:
+    def _check_specs(
+        self, specs: Sequence[RequestSpec], offset: float = 0.0, allow_past: bool = False
+    ) -> None:
         bs, usable = self.config.block_size, self.config.num_gpu_blocks - 1
         for spec in specs:
             need = cdiv(spec.prompt_len + min(spec.output_len, spec.max_tokens) - 1, bs)
@@ -360,11 +364,22 @@ class Engine:
                     f"{bs} tokens but num_gpu_blocks={self.config.num_gpu_blocks} leaves {usable} "
                     "usable (block 0 is reserved); raise num_gpu_blocks or drop the request"
                 )
-            if offset + spec.arrival_time < self.now:
+            if not allow_past and offset + spec.arrival_time < self.now:
                 raise TraceError(
                     f"request {spec.request_id!r} arrives at {spec.arrival_time} s, before the "
                     f"engine clock {self.now} s"
                 )
+
+    def enqueue(self, spec: RequestSpec) -> None:
+        """Add one request routed to this engine (clusters and routers use this).
+
+        It may have arrived before the clock (while a step was running): it joins at the next step.
+        """
+        self._check_specs([spec], allow_past=True)
+        i = bisect.bisect_right(
+            self._pending, spec.arrival_time, lo=self._next_arrival, key=_arrival_time
+        )
+        self._pending.insert(i, spec)
 
     def _release(self, specs: list[RequestSpec]) -> None:
         """Insert released stage requests into the arrivals, after equal arrival times."""
@@ -390,23 +405,63 @@ class Engine:
         self, until: float | None = None, progress: Callable[[int], None] | None = None
     ) -> None:
         """Run until all requests finish, or to the first step starting at or after ``until``."""
-        self._until = float("inf") if until is None else until
+        limit = float("inf") if until is None else until
         last_done = 0
         with gc_paused():  # the loop makes no reference cycles; see llmsched_gym._gc
-            while True:
-                self._admit_arrivals()
-                if not self.running and not self.waiting:
-                    if self._next_arrival >= len(self._pending):
-                        break
-                    self.now = max(self.now, self._pending[self._next_arrival].arrival_time)
-                    continue
-                if until is not None and self.now >= until:
-                    break
-                if not (self.fast_forward and self._try_fast_forward()):
-                    self._step()
+            while self.advance(limit):
                 if progress is not None and len(self.finished) != last_done:
                     progress(len(self.finished) - last_done)
                     last_done = len(self.finished)
+
+    def next_event_time(self) -> float:
+        """When this engine next acts: the clock if it has work, else its next arrival (inf)."""
+        if self.running or self.waiting:
+            return self.now
+        if self._next_arrival < len(self._pending):
+            return max(self.now, self._pending[self._next_arrival].arrival_time)
+        return float("inf")
+
+    def _ready(self, until: float) -> bool:
+        """Admit arrivals (jumping an idle clock to the next one); True if a step starts < until."""
+        self._admit_arrivals()
+        while not self.running and not self.waiting:
+            if self._next_arrival >= len(self._pending):
+                return False
+            t = self._pending[self._next_arrival].arrival_time
+            if t >= until:
+                return False
+            self.now = max(self.now, t)
+            self._admit_arrivals()
+        return self.now < until
+
+    def advance(self, until: float = float("inf")) -> bool:
+        """One unit of progress: a fast-forwarded stretch or one step, starting before ``until``.
+
+        Arrivals up to the clock join first; an idle clock jumps to the next arrival. Returns
+        False (and does nothing) when no request is left or the next step would start at or
+        after ``until``. A cluster interleaves its instances with this.
+        """
+        if not self._ready(until):
+            return False
+        self._until = until
+        if not (self.fast_forward and self._try_fast_forward()):
+            self._step()
+        return True
+
+    def advance_to_decision(self, until: float = float("inf")) -> bool:
+        """Advance through idle time and fast-forwardable stretches to the next policy step.
+
+        True when there is one (set the decision, then call ``step``); False when no request is
+        left or that step would start at or after ``until``.
+
+        Environments sit on these decision points: a stretch the engine fast-forwards is one
+        whose schedule no decision could change.
+        """
+        while self._ready(until):
+            self._until = until
+            if not (self.fast_forward and self._try_fast_forward()):
+                return True
+        return False
 
     def step(self) -> bool:
         """Execute exactly one engine step (no fast-forward); False when nothing is left to do.
@@ -489,6 +544,8 @@ class Engine:
         done = set(finished)
         self.running[:] = [r for r in self.running if r not in done]
         self.finished.extend(finished)
+        for listener in self.finish_listeners:
+            listener(finished, end)
         if self.jobs is not None:
             released: list[RequestSpec] = []
             for req in finished:
