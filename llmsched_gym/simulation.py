@@ -57,7 +57,7 @@ class SimulationResult:
         return self._frame
 
 
-def request_columns(finished: Sequence[Request]) -> dict[str, list]:
+def request_columns(finished: Sequence[Request], instance_id: int = 0) -> dict[str, list]:
     """Per-request record columns (raw ones; derived columns are added by the frame)."""
     reqs = sorted(finished, key=lambda r: r.seq)
     specs = [r.spec for r in reqs]
@@ -88,6 +88,9 @@ def request_columns(finished: Sequence[Request]) -> dict[str, list]:
         RC.JOB_ID.value: [s.job_id for s in specs],
         RC.STAGE.value: [s.stage for s in specs],
         RC.CLIENT_ID.value: [s.client_id for s in specs],
+        RC.INSTANCE_ID.value: [instance_id] * len(reqs),
+        RC.PREFILL_INSTANCE_ID.value: [instance_id] * len(reqs),
+        RC.KV_TRANSFER_S.value: [None] * len(reqs),
     }
 
 

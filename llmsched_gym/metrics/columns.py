@@ -87,6 +87,12 @@ class RequestColumn(_Name):
     """Stage of the job that released it, or missing."""
     CLIENT_ID = "client_id"
     """Client that sent it, or missing."""
+    INSTANCE_ID = "instance_id"
+    """Instance that finished it (0 on a single engine; the decode instance under PD)."""
+    PREFILL_INSTANCE_ID = "prefill_instance_id"
+    """Instance that computed its prompt (differs from ``instance_id`` only under PD)."""
+    KV_TRANSFER_S = "kv_transfer_s"
+    """Seconds its KV cache spent moving from the prefill to the decode instance (NaN: none)."""
 
 
 DERIVED_REQUEST_COLUMNS: tuple[RequestColumn, ...] = (

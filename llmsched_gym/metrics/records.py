@@ -41,6 +41,9 @@ _OPTIONAL_REQUEST_DEFAULTS: dict[RequestColumn, Any] = {
     RC.JOB_ID: None,
     RC.STAGE: None,
     RC.CLIENT_ID: None,
+    RC.INSTANCE_ID: 0,
+    RC.PREFILL_INSTANCE_ID: 0,
+    RC.KV_TRANSFER_S: np.nan,
 }
 """Request attributes that default as in the trace contract when the rows omit them."""
 

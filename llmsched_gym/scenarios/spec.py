@@ -114,6 +114,8 @@ class Scenario:
     seed: int = 0
     slo: Mapping[str, float] = field(default_factory=dict)
     paper: str | None = None
+    cluster: Mapping[str, Any] | None = None
+    """Instances, router and PD settings (``llmsched_gym.cluster.spec``); None: one engine."""
     source: str = "<dict>"
 
     @classmethod
@@ -161,6 +163,11 @@ class Scenario:
                 raise ConfigError(f"{where}: unknown slo field {key!r}; allowed: {list(SLO_KEYS)}")
             positive((float, int)).validate(f"{where}: slo.{key}", value)
         workload = validate_workload(data["workload"], f"{where}: workload")
+        cluster = data.get("cluster")
+        if cluster is not None:
+            from llmsched_gym.cluster.spec import validate_cluster
+
+            cluster = validate_cluster(cluster, f"{where}: cluster")
         return cls(
             name=name,
             description=desc.strip(),
@@ -171,6 +178,7 @@ class Scenario:
             seed=seed,
             slo={k: float(v) for k, v in slo.items()},
             paper=paper,
+            cluster=cluster,
             source=source,
         )
 
@@ -191,10 +199,10 @@ class Scenario:
         for key, value in overrides.items():
             head, _, tail = key.partition(".")
             if tail:
-                if head not in ("workload", "engine", "slo"):
+                if head not in ("workload", "engine", "slo", "cluster"):
                     raise ConfigError(
                         f"scenario {self.name}: cannot override {key!r}; dotted overrides reach "
-                        "into workload, engine or slo"
+                        "into workload, engine, slo or cluster"
                     )
                 data[head] = {**(data.get(head) or {}), tail: value}
             else:
@@ -236,11 +244,15 @@ class Scenario:
         seed: int | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run the scenario on one engine (``llmsched_gym.simulation.simulate``).
+        """Run the scenario on one engine (``llmsched_gym.simulation.simulate``), or on its cluster.
 
         ``scheduler`` (a name or policy) replaces the spec's; other keyword arguments go to
         ``simulate`` (``fast_forward``, ``schedule_log``, ``record_steps``, ``progress``).
         """
+        if self.cluster is not None:
+            from llmsched_gym.cluster import simulate_cluster
+
+            return simulate_cluster(self, scheduler, seed=seed, **kwargs)
         from llmsched_gym.cost.registry import load_cost_model
         from llmsched_gym.simulation import simulate
 

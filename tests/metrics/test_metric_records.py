@@ -43,6 +43,9 @@ REQUEST_NAMES = [
     "job_id",
     "stage",
     "client_id",
+    "instance_id",
+    "prefill_instance_id",
+    "kv_transfer_s",
 ]
 STEP_NAMES = [
     "step",
@@ -87,6 +90,7 @@ def test_derived_columns_hand_computed(tiny_rows) -> None:
     assert df["priority"].tolist() == [2, 0, 0] and df["weight"].tolist() == [1.0, 1.0, 2.0]
     assert df["num_preemptions"].dtype == np.int64 and df["arrival_time_s"].dtype == np.float64
     assert df["client_id"].isna().tolist() == [True, True, False]
+    assert df["instance_id"].tolist() == [0, 0, 0] and df["kv_transfer_s"].isna().all()
 
 
 def test_slo_rules_edges(make_row) -> None:
