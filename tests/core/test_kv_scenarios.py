@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import spec, tiny_engine
+from engine_helpers import spec, tiny_engine
 
 from llmsched_gym.kv.block_pool import BlockPool
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import spec, tiny_engine
+from engine_helpers import spec, tiny_engine
 
 from llmsched_gym.core.engine import SchedulingPolicy, StepContext
 from llmsched_gym.errors import PolicyError

@@ -1,3 +1,5 @@
+"""Helpers for the tiny-engine tests: requests by id and prompt, and a small engine."""
+
 from __future__ import annotations
 
 import io
