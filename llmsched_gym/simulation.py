@@ -25,8 +25,24 @@ from llmsched_gym.errors import ConfigError
 from llmsched_gym.metrics.columns import RequestColumn as RC
 
 
+class RequestsFrameMixin:
+    """``requests``: the per-request DataFrame, built from ``request_table`` on first use."""
+
+    request_table: dict[str, np.ndarray]
+    _frame: Any
+
+    @property
+    def requests(self) -> Any:
+        """Per-request records as a DataFrame (``RequestColumn`` columns)."""
+        if self._frame is None:
+            from llmsched_gym.metrics.records import frame_from_table
+
+            self._frame = frame_from_table(self.request_table)
+        return self._frame
+
+
 @dataclass
-class SimulationResult:
+class SimulationResult(RequestsFrameMixin):
     """Records of one run; ``requests`` and ``steps`` are DataFrames (columns: metrics enums).
 
     ``request_table`` holds the per-request records as numpy columns; the ``requests`` DataFrame
@@ -46,15 +62,6 @@ class SimulationResult:
     num_fast_forward_steps: int = 0
     wall_s: float = 0.0
     _frame: Any = field(default=None, repr=False, compare=False)
-
-    @property
-    def requests(self) -> Any:
-        """Per-request records as a DataFrame (``RequestColumn`` columns)."""
-        if self._frame is None:
-            from llmsched_gym.metrics.records import frame_from_table
-
-            self._frame = frame_from_table(self.request_table)
-        return self._frame
 
 
 def request_columns(finished: Sequence[Request], instance_id: int = 0) -> dict[str, list]:

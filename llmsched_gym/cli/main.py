@@ -151,6 +151,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _simulate_and_write(args: argparse.Namespace) -> int:
     from llmsched_gym.simulation import simulate
 
+    if args.scenario is not None:
+        from llmsched_gym.scenarios import load_scenario
+
+        scenario = load_scenario(args.scenario)
+        if scenario.cluster is not None:  # many instances: llmsched_gym.cluster
+            return _simulate_cluster_and_write(args, scenario)
     workload, settings, model, scheduler, _ = _workload(args)
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -198,6 +204,86 @@ def _simulate_and_write(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate_cluster_and_write(args: argparse.Namespace, scenario: Any) -> int:
+    """``simulate --scenario`` for a scenario with a ``cluster`` section (issue 5).
+
+    Writes requests, jobs, instances (per-instance table) and summary.json; engine flags apply
+    to every instance. The cost model and schedule log are per instance, so those flags are
+    refused.
+    """
+    from llmsched_gym.cluster import simulate_cluster
+    from llmsched_gym.metrics.io import write_frame
+
+    if args.trace is not None or args.num_requests is not None:
+        raise ConfigError(
+            "--scenario sets the workload: drop --trace and --num-requests (copy the scenario "
+            "YAML and change its workload to vary it)"
+        )
+    if args.cost_model is not None or args.schedule_log is not None:
+        raise ConfigError(
+            f"scenario {scenario.name} is a cluster: each instance names its cost model and "
+            "keeps its own engine; drop --cost-model and --schedule-log (edit the cluster "
+            "section of a copy of the scenario instead)"
+        )
+    result = simulate_cluster(
+        scenario,
+        getattr(args, "scheduler", None),
+        seed=args.seed,
+        fast_forward=args.fast_forward,
+        progress=args.progress and sys.stderr.isatty(),
+        record_steps=args.record_steps,
+        engine=_engine_settings(args),
+    )
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        suffix = ".parquet" if args.format == "parquet" else ".csv"
+        if suffix == ".csv":
+            from llmsched_gym.metrics.table import write_table
+
+            write_table(result.request_table, out / "requests.csv")
+        else:
+            write_frame(result.requests, out / f"requests{suffix}")
+        if result.jobs is not None:
+            write_frame(result.jobs, out / f"jobs{suffix}")
+        write_frame(result.instances, out / f"instances{suffix}")
+        if result.steps is not None:
+            import pandas as pd
+
+            steps = [f.assign(instance_id=i) for i, f in enumerate(result.steps)]
+            write_frame(pd.concat(steps, ignore_index=True), out / f"steps{suffix}")
+        from llmsched_gym.metrics._atomic import atomic_output
+
+        with atomic_output(out / "summary.json") as tmp:
+            payload = {
+                "scenario": scenario.name,
+                "router": result.router,
+                "instances": [
+                    {"name": n, "scheduler": sch, "cost_model": cm, "engine_config": c.to_dict()}
+                    for n, sch, cm, c in zip(
+                        result.instances["name"],
+                        result.schedulers,
+                        result.cost_models,
+                        result.configs,
+                        strict=True,
+                    )
+                ],
+                "summary": {k: _jsonable(v) for k, v in result.summary.items()},
+            }
+            tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    s = result.summary
+    print(
+        f"{scenario.name} | router {result.router} | {len(result.configs)} instances | "
+        f"{s['num_requests']} requests | {result.num_steps} steps "
+        f"({result.num_fast_forward_steps} fast-forwarded) | {result.wall_s:.2f} s wall"
+    )
+    _print_metrics(s)
+    columns = ["name", "role", "gpu", "num_requests", "num_output_tokens", "busy_s",
+               "utilization", "output_token_throughput"]  # fmt: skip
+    print(result.instances[columns].to_string(index=False, float_format="{:,.4g}".format))
+    return 0
+
+
 def _jsonable(v):
     try:
         import numpy as np
@@ -211,6 +297,14 @@ def _jsonable(v):
     return v
 
 
+def _print_metrics(s: dict) -> None:
+    keys = [k for k in _SUMMARY_KEYS if k in s and not (isinstance(s[k], float) and s[k] != s[k])]
+    width = max(len(k) for k in keys)
+    for k in keys:
+        v = s[k]
+        print(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+
+
 def _print_summary(result) -> None:
     s = result.summary
     cfg = result.config
@@ -219,11 +313,7 @@ def _print_summary(result) -> None:
         f"{result.num_steps} steps ({result.num_fast_forward_steps} fast-forwarded) | "
         f"{result.wall_s:.2f} s wall | num_gpu_blocks={cfg.num_gpu_blocks}"
     )
-    keys = [k for k in _SUMMARY_KEYS if k in s and not (isinstance(s[k], float) and s[k] != s[k])]
-    width = max(len(k) for k in keys)
-    for k in keys:
-        v = s[k]
-        print(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+    _print_metrics(s)
 
 
 _SUMMARY_KEYS = (

@@ -102,8 +102,16 @@ class StepContext:
         """Prefix hit ``req`` would get if admitted now: (hit block ids, hit tokens).
 
         No side effects; pass the result to ``admit(..., hit=...)`` to avoid a second lookup.
+        A request whose prompt KV arrived from another instance (PD hand-off,
+        ``Engine.enqueue(..., computed_tokens=N)``) reports at least N hit tokens on its first
+        admission; its hit blocks are the local prefix-cache ones only.
         """
-        return self._engine.kv.get_computed_blocks(req)
+        hit = self._engine.kv.get_computed_blocks(req)
+        # PD hand-off: tokens delivered from outside count as computed (vLLM's external KV).
+        ext = req.num_external_tokens
+        if ext > hit[1] and req.status is RequestStatus.WAITING:
+            return hit[0], ext
+        return hit
 
     def surely_blocked(self, req: Request) -> bool:
         """Whether ``req`` surely fails the full-sequence admission gate now (no lookup needed).
@@ -191,7 +199,11 @@ class StepContext:
                 f"admit({req.request_id!r}): {len(self.running)} requests already running "
                 f"(max_num_seqs={self.max_num_seqs})"
             )
-        hit_blocks, hit_tokens = hit if hit is not None else eng.kv.get_computed_blocks(req)
+        hit_blocks, hit_tokens = hit if hit is not None else self.lookup(req)
+        # Hit tokens beyond the local hit blocks are external KV (PD hand-off): they get fresh
+        # blocks now, computed. Without a hand-off ``external`` is 0.
+        local = len(hit_blocks) * self.block_size
+        external = hit_tokens - local if hit_tokens > local else 0
         remaining = req.num_tokens - hit_tokens
         n = min(remaining, self.token_budget) if num_tokens is None else num_tokens
         if not 1 <= n <= min(remaining, self.token_budget):
@@ -200,11 +212,13 @@ class StepContext:
                 f"tokens within the token budget {self.token_budget}"
             )
         if (
-            eng.kv.allocate_slots(req, n, hit_blocks, num_lookahead_tokens, full_sequence_must_fit)
+            eng.kv.allocate_slots(
+                req, external + n, hit_blocks, num_lookahead_tokens, full_sequence_must_fit
+            )
             is None
         ):
             return None
-        eng.kv.record_lookup(req, hit_tokens)
+        eng.kv.record_lookup(req, hit_tokens - external)
         self.waiting.remove(req) if self.waiting.peek() is not req else self.waiting.pop()
         self.running.append(req)
         if req.status is RequestStatus.WAITING:
@@ -318,6 +332,8 @@ class Engine:
         self._next_arrival = 0
         self.jobs: JobTracker | None = None
         """Job DAGs (``add_jobs``): releases stage requests as their predecessors finish."""
+        self._external: dict[str, int] = {}
+        """Request id -> prompt tokens whose KV arrives with it (``enqueue(computed_tokens=)``)."""
         self.finish_listeners: list[Callable[[list[Request], float], None]] = []
         """Called with (finished requests, finish time) after they free their blocks."""
         self._seq = 0
@@ -370,12 +386,22 @@ class Engine:
                     f"engine clock {self.now} s"
                 )
 
-    def enqueue(self, spec: RequestSpec) -> None:
+    def enqueue(self, spec: RequestSpec, computed_tokens: int = 0) -> None:
         """Add one request routed to this engine (clusters and routers use this).
 
         It may have arrived before the clock (while a step was running): it joins at the next step.
+        ``computed_tokens`` (PD hand-off) is a prompt prefix whose KV arrives with the request:
+        at its first admission those tokens count as computed (blocks are allocated for them
+        then, no compute is charged), as vLLM's external KV of a disaggregated prefill.
         """
         self._check_specs([spec], allow_past=True)
+        if computed_tokens:
+            if not 0 < computed_tokens < spec.prompt_len:
+                raise TraceError(
+                    f"request {spec.request_id!r}: computed_tokens={computed_tokens} must be "
+                    f"between 1 and prompt_len - 1 = {spec.prompt_len - 1}"
+                )
+            self._external[spec.request_id] = computed_tokens
         i = bisect.bisect_right(
             self._pending, spec.arrival_time, lo=self._next_arrival, key=_arrival_time
         )
@@ -396,6 +422,8 @@ class Engine:
         while i < len(pending) and pending[i].arrival_time <= now:
             req = Request(pending[i], self._seq, bs)
             self._seq += 1
+            if self._external:  # PD hand-off (enqueue with computed_tokens)
+                req.num_external_tokens = self._external.pop(req.request_id, 0)
             self.waiting.add(req)
             i += 1
         self._next_arrival = i

@@ -99,6 +99,7 @@ class Request:
         "num_cached_tokens",
         "num_computed_total",
         "scheduled_in_step",
+        "num_external_tokens",
     )
 
     def __init__(self, spec: RequestSpec, seq: int, block_size: int) -> None:
@@ -133,6 +134,8 @@ class Request:
         self.num_computed_total = 0
         """Every token the model computed for this request, refills included."""
         self.scheduled_in_step = -1
+        self.num_external_tokens = 0
+        """Prompt tokens whose KV arrived from another instance (PD hand-off; 0 otherwise)."""
 
     @property
     def is_prefill_chunk(self) -> bool:

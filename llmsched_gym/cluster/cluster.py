@@ -1,0 +1,454 @@
+"""Many engines under one clock: routing in time order, jobs across instances, PD hand-offs.
+
+Each instance IS an :class:`~llmsched_gym.core.engine.Engine` with its own config, cost model,
+KV cache and local scheduler; the cluster only decides where requests go and when each engine
+may advance. The loop keeps one global heap of events (arrivals to route, PD hand-offs), keyed by
+``(time, sequence number)``:
+
+* let ``t`` be the earliest event and ``s`` the earliest ``engine.next_event_time()`` (ties to
+  the lowest instance index);
+* if ``t <= s``, handle the event: an arrival is routed (the router picks an instance among the
+  candidates, ``engine.enqueue(spec)``), a hand-off picks a decode instance and enqueues the
+  continuation after the KV transfer;
+* else advance that engine by one step or fast-forwarded stretch with ``until=t``, so no stretch
+  runs past a routing decision.
+
+A router therefore sees each busy instance as of the end of the step it was running when the
+request arrived (vLLM's router would see that step in flight); idle instances as they are.
+
+Jobs use one global :class:`~llmsched_gym.core.job.JobTracker`: a finish listener on every engine
+reports finished requests, and the stages they release go onto the heap as arrivals, so a
+workflow's next stage may run on any instance (HexGen-Text2SQL's dispatcher routes each stage's
+requests). Engines get a read-only view of the tracker, so local policies still see ``ctx.job``.
+
+Everything is deterministic: heap ties go by sequence number, instance ties by index, and seeded
+routers draw from the run's seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmsched_gym._gc import gc_paused
+from llmsched_gym.cluster.pd import PDConfig, decode_spec, prefill_spec, transfer_seconds
+from llmsched_gym.cluster.routers import InstanceView, make_router
+from llmsched_gym.config import EngineConfig
+from llmsched_gym.core.engine import Engine, SchedulingPolicy
+from llmsched_gym.core.job import Job, JobState, JobTracker
+from llmsched_gym.core.request import Request, RequestSpec
+from llmsched_gym.errors import ConfigError, PolicyError, TraceError
+from llmsched_gym.kv.manager import cdiv
+
+__all__ = ["ROLES", "Cluster", "Instance", "InstanceSpec", "RoutingDecision", "run_cluster"]
+
+ROLES = ("both", "prefill", "decode")
+"""Instance roles: ``both`` serves whole requests; ``prefill`` / ``decode`` split them (PD)."""
+
+_ARRIVAL, _HANDOFF = 0, 1
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What one instance runs: cost model, engine settings, local scheduler, role."""
+
+    name: str
+    cost_model: Any = "constant:1.0"
+    """A cost-model spec string or a cost model object."""
+    engine: EngineConfig | Mapping[str, Any] | None = None
+    """vLLM engine settings; ``num_gpu_blocks`` is derived from the cost profile when unset."""
+    scheduler: str | SchedulingPolicy = "vllm-v1"
+    """A scheduler name, or a policy object (copied for every further instance that shares it)."""
+    role: str = "both"
+
+
+class Instance:
+    """One running instance: its engine plus what records and routers need to know of it."""
+
+    def __init__(self, index: int, spec: InstanceSpec, policy: SchedulingPolicy, engine: Engine):
+        self.index = index
+        self.name = spec.name
+        self.role = spec.role
+        self.engine = engine
+        self.policy = policy
+        model = engine.cost_model
+        self.cost_model_name = getattr(model, "name", str(spec.cost_model))
+        self.gpu: str | None = getattr(model, "gpu", None)
+        self.model: str | None = getattr(model, "model", None)
+        self.tp: int | None = getattr(model, "tp", None)
+        self.busy_s = 0.0
+        """Seconds the engine spent in steps (its clock minus idle jumps)."""
+        self.num_prefill_copies = 0
+        """PD prefill copies it ran."""
+
+    def view(self) -> InstanceView:
+        """A fresh read-only view for a routing decision."""
+        return InstanceView(self.index, self.name, self.gpu, self.model, self.role, self.engine)
+
+    def fits(self, prompt_len: int, output_len: int) -> bool:
+        """Whether a sequence of this prompt and output ever fits this instance's KV cache."""
+        cfg = self.engine.config
+        return cdiv(prompt_len + output_len - 1, cfg.block_size) <= cfg.num_gpu_blocks - 1
+
+
+@dataclass
+class RoutingDecision:
+    """A request waiting for a router: what ``Cluster.next_decision`` returns."""
+
+    request: RequestSpec
+    job: JobState | None
+    instances: list[InstanceView]
+    """The candidates (instances that take new requests and can hold this one)."""
+    now: float
+
+
+class _JobsView:
+    """What an engine sees of the cluster's job tracker: lookups only, no releases."""
+
+    def __init__(self, tracker: JobTracker) -> None:
+        self._tracker = tracker
+
+    def job_of(self, spec: RequestSpec) -> JobState | None:
+        return self._tracker.job_of(spec)
+
+    def on_finish(self, spec: RequestSpec, now: float) -> list[RequestSpec]:
+        return []  # the cluster's finish listener releases stages (globally)
+
+    @property
+    def states(self) -> dict[str, JobState]:
+        """Job states by id (the tracker's)."""
+        return self._tracker.states
+
+    @property
+    def jobs(self) -> dict[str, Job]:
+        """Jobs by id (the tracker's)."""
+        return self._tracker.jobs
+
+
+class Cluster:
+    """Instances, a router and the global event loop (see the module docstring).
+
+    Use ``run()`` with the router given here, or drive routing yourself (a Gymnasium routing
+    env): ``while (d := cluster.next_decision()) is not None: cluster.dispatch(choice)``.
+    """
+
+    def __init__(
+        self,
+        instances: Sequence[InstanceSpec | Mapping[str, Any]],
+        router: Any = "round-robin",
+        *,
+        pd: PDConfig | Mapping[str, Any] | None = None,
+        seed: int = 0,
+        fast_forward: bool = True,
+        record_steps: bool = False,
+    ) -> None:
+        from llmsched_gym.cost.registry import load_cost_model
+        from llmsched_gym.policies.registry import make_policy
+        from llmsched_gym.simulation import resolve_config
+
+        specs = [s if isinstance(s, InstanceSpec) else InstanceSpec(**s) for s in instances]
+        if not specs:
+            raise ConfigError("a cluster needs at least one instance, got none")
+        names = [s.name for s in specs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"instance names must be unique, got duplicates {dup}")
+        roles = {s.role for s in specs}
+        for s in specs:
+            if s.role not in ROLES:
+                raise ConfigError(
+                    f"instance {s.name!r}: role must be one of {list(ROLES)}, got {s.role!r}"
+                )
+        self.disaggregated = bool(roles & {"prefill", "decode"})
+        if self.disaggregated:
+            if "prefill" not in roles or "decode" not in roles:
+                missing = "decode" if "prefill" in roles else "prefill"
+                raise ConfigError(
+                    f"PD disaggregation needs at least one prefill and one decode instance; no "
+                    f"instance has role {missing!r} (roles: {names} -> "
+                    f"{[s.role for s in specs]})"
+                )
+        if isinstance(pd, Mapping):
+            pd = PDConfig(**pd)
+        self.pd: PDConfig | None = (pd or PDConfig()) if self.disaggregated else None
+        self.seed = seed
+        self.router = make_router(router) if isinstance(router, str) else router
+        if not callable(getattr(self.router, "route", None)):
+            raise ConfigError(f"a router needs a route() method, got {type(self.router).__name__}")
+        self.decode_router = None
+        if self.pd is not None:
+            self.decode_router = make_router(self.pd.decode_router)
+        self.tracker = JobTracker()
+        jobs_view = _JobsView(self.tracker)
+        self.instances: list[Instance] = []
+        used_policies: set[int] = set()
+        for i, s in enumerate(specs):
+            model = load_cost_model(s.cost_model) if isinstance(s.cost_model, str) else s.cost_model
+            cfg = resolve_config(
+                dict(s.engine) if isinstance(s.engine, Mapping) else s.engine, model
+            )
+            if isinstance(s.scheduler, str):
+                policy = make_policy(s.scheduler)
+            else:
+                policy = s.scheduler
+                if id(policy) in used_policies:  # one policy object per engine
+                    policy = copy.deepcopy(policy)
+                used_policies.add(id(s.scheduler))
+            engine = Engine(
+                cfg, policy, model, fast_forward=fast_forward, record_steps=record_steps
+            )
+            engine.jobs = jobs_view  # type: ignore[assignment]  # lookups for ctx.job only
+            inst = Instance(i, s, policy, engine)
+            engine.finish_listeners.append(self._listener(inst))
+            self.instances.append(inst)
+        self.entry = [x for x in self.instances if x.role in ("both", "prefill")]
+        """Instances that take new requests."""
+        self.decoders = [x for x in self.instances if x.role == "decode"]
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self.order: dict[str, int] = {}
+        """Request id -> routing order (the row order of the records)."""
+        self.num_routed = 0
+        self._in_prefill: dict[str, RequestSpec] = {}
+        """PD: request id -> original spec, while its copy runs on a prefill instance."""
+        self.handoffs: dict[str, tuple[Request, int, float]] = {}
+        """PD: request id -> (prefill Request, prefill instance, transfer seconds)."""
+        self.final: dict[str, int] = {}
+        """Request id -> instance that finished it (its record's ``instance_id``)."""
+        self.finish_callbacks: list[Callable[[int], None]] = []
+        self._pending: tuple[float, int, int, Any] | None = None
+        self._pending_candidates: list[Instance] = []
+        self._reset_router(self.router)
+        if self.decode_router is not None:
+            self._reset_router(self.decode_router)
+
+    def _reset_router(self, router: Any) -> None:
+        reset = getattr(router, "reset", None)
+        if callable(reset):
+            reset([x.view() for x in self.instances], self.seed)
+
+    # -- workload -----------------------------------------------------------------------------
+    def add(self, items: Sequence[RequestSpec | Job]) -> None:
+        """Add requests and jobs (root stages arrive with their job); checks routability."""
+        specs = [x for x in items if not isinstance(x, Job)]
+        jobs = [x for x in items if isinstance(x, Job)]
+        for x in specs:
+            if not isinstance(x, RequestSpec):
+                raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
+            self._check_routable(x)
+        for job in jobs:
+            for stage in job.stages:
+                for x in stage.requests:
+                    self._check_routable(x)
+        for x in sorted(specs, key=lambda s: s.arrival_time):
+            self._push(x.arrival_time, _ARRIVAL, x)
+        if jobs:
+            for x in self.tracker.add(jobs):
+                self._push(x.arrival_time, _ARRIVAL, x)
+
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        heapq.heappush(self._heap, (t, self._seq, kind, payload))
+        self._seq += 1
+
+    def _candidates(self, spec: RequestSpec) -> list[Instance]:
+        out_len = min(spec.output_len, spec.max_tokens)
+        decodable = None
+        out = []
+        for x in self.entry:
+            if x.role == "both":
+                if x.fits(spec.prompt_len, out_len):
+                    out.append(x)
+            elif x.fits(spec.prompt_len, 1):
+                if decodable is None:
+                    decodable = out_len == 1 or any(
+                        d.fits(spec.prompt_len, out_len) for d in self.decoders
+                    )
+                if decodable:
+                    out.append(x)
+        return out
+
+    def _check_routable(self, spec: RequestSpec) -> None:
+        if self._candidates(spec):
+            return
+        out_len = min(spec.output_len, spec.max_tokens)
+        sizes = ", ".join(
+            f"{x.name}: {x.engine.config.num_gpu_blocks - 1} blocks of {x.engine.config.block_size}"
+            for x in self.instances
+        )
+        raise TraceError(
+            f"request {spec.request_id!r} is unroutable: prompt_len={spec.prompt_len} + "
+            f"output_len={out_len} fits no instance's KV cache that could serve it ({sizes} "
+            "usable); drop the request or give the instances more KV blocks"
+        )
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _listener(self, inst: Instance) -> Callable[[list[Request], float], None]:
+        def on_finish(finished: list[Request], t: float) -> None:
+            for req in finished:
+                rid = req.request_id
+                if inst.role == "prefill":
+                    spec = self._in_prefill.pop(rid)
+                    if min(spec.output_len, spec.max_tokens) > 1:
+                        self._push(t, _HANDOFF, (spec, req, inst.index))
+                        continue
+                self.final[rid] = inst.index
+                for callback in self.finish_callbacks:
+                    callback(1)
+                released = self.tracker.on_finish(req.spec, t)
+                for x in released:
+                    self._push(x.arrival_time, _ARRIVAL, x)
+
+        return on_finish
+
+    def _next_engine(self) -> tuple[float, Instance | None]:
+        best_t, best = float("inf"), None
+        for x in self.instances:
+            t = x.engine.next_event_time()
+            if t < best_t:
+                best_t, best = t, x
+        return best_t, best
+
+    def next_decision(self) -> RoutingDecision | None:
+        """Advance every engine until a request must be routed; None when the run is over.
+
+        The decision stays pending until ``dispatch``; calling this again returns it again.
+        """
+        if self._pending is not None:
+            return self._decision()
+        heap = self._heap
+        while True:
+            t_arr = heap[0][0] if heap else float("inf")
+            s, inst = self._next_engine()
+            if heap and t_arr <= s:
+                event = heapq.heappop(heap)
+                if event[2] == _HANDOFF:
+                    self._handoff(event)
+                    continue
+                spec = event[3]
+                candidates = self._candidates(spec)
+                if not candidates:
+                    self._check_routable(spec)
+                self._pending = event
+                self._pending_candidates = candidates
+                return self._decision()
+            if inst is None:
+                return None
+            engine = inst.engine
+            if not engine.advance(t_arr):  # pragma: no cover - s < t_arr guarantees a step
+                raise RuntimeError(f"instance {inst.name!r} did not advance at t={s}")
+            inst.busy_s += engine.now - s
+
+    def _decision(self) -> RoutingDecision:
+        t, _, _, spec = self._pending
+        return RoutingDecision(
+            spec,
+            self.tracker.job_of(spec),
+            [x.view() for x in self._pending_candidates],
+            t,
+        )
+
+    def dispatch(self, index: int) -> None:
+        """Send the pending request to instance ``index`` (one of the decision's candidates)."""
+        if self._pending is None:
+            raise PolicyError("dispatch() without a pending routing decision (next_decision())")
+        _, _, _, spec = self._pending
+        allowed = [x.index for x in self._pending_candidates]
+        if isinstance(index, bool) or not isinstance(index, int) or index not in allowed:
+            raise PolicyError(
+                f"router chose instance {index!r} for request {spec.request_id!r}; the "
+                f"candidates are {allowed}"
+            )
+        self._pending = None
+        inst = self.instances[index]
+        self.order[spec.request_id] = self.num_routed
+        self.num_routed += 1
+        if inst.role == "prefill":
+            self._in_prefill[spec.request_id] = spec
+            inst.num_prefill_copies += 1
+            inst.engine.enqueue(prefill_spec(spec))
+        else:
+            inst.engine.enqueue(spec)
+
+    def _handoff(self, event: tuple[float, int, int, Any]) -> None:
+        t, seq, _, (spec, prefill_req, p_index) = event
+        out_len = min(spec.output_len, spec.max_tokens)
+        views = [x.view() for x in self.decoders if x.fits(spec.prompt_len, out_len)]
+        if not views:  # pragma: no cover - _candidates checked a decoder fits
+            raise TraceError(f"request {spec.request_id!r}: no decode instance can hold it")
+        index = self.decode_router.route(spec, self.tracker.job_of(spec), views, t)
+        if index not in [v.index for v in views]:
+            raise PolicyError(
+                f"decode router chose instance {index!r} for request {spec.request_id!r}; the "
+                f"candidates are {[v.index for v in views]}"
+            )
+        inst = self.instances[index]
+        prefill = self.instances[p_index]
+        xfer = transfer_seconds(
+            spec.prompt_len, self.pd, prefill.engine.cost_model, inst.engine.cost_model
+        )
+        self.handoffs[spec.request_id] = (prefill_req, p_index, xfer)
+        continuation = decode_spec(spec, t + xfer, token_id=-1 - seq)
+        inst.engine.enqueue(continuation, computed_tokens=spec.prompt_len)
+
+    def run(self, progress: Callable[[int], None] | None = None) -> None:
+        """Run to the end, routing every arrival with the cluster's router."""
+        if progress is not None:
+            self.finish_callbacks.append(progress)
+        route = self.router.route
+        with gc_paused():
+            while (d := self.next_decision()) is not None:
+                self.dispatch(route(d.request, d.job, d.instances, d.now))
+
+
+def run_cluster(
+    items: Sequence[RequestSpec | Job],
+    instances: Sequence[InstanceSpec | Mapping[str, Any]],
+    router: Any = "round-robin",
+    *,
+    pd: PDConfig | Mapping[str, Any] | None = None,
+    seed: int = 0,
+    fast_forward: bool = True,
+    record_steps: bool = False,
+    progress: bool = False,
+) -> Any:
+    """Simulate a workload on a cluster without a scenario; returns a ``ClusterResult``.
+
+    Args:
+        items: Requests and jobs.
+        instances: One ``InstanceSpec`` (or mapping of its fields) per instance.
+        router: A router name (``make_router``) or object with ``route``.
+        pd: PD settings (used when some instance has role ``prefill`` / ``decode``).
+        seed: Seed of the seeded routers.
+        fast_forward: Let engines advance pure-decode stretches in closed form.
+        record_steps: Keep per-step records of every instance.
+        progress: Show a progress bar (tqdm) of finished requests.
+    """
+    from llmsched_gym.cluster.records import cluster_result
+
+    items = list(items)
+    if not items:
+        raise ConfigError("the workload holds no requests")
+    jobs = [x for x in items if isinstance(x, Job)]
+    with gc_paused():
+        t0 = time.perf_counter()
+        cluster = Cluster(
+            instances, router, pd=pd, seed=seed, fast_forward=fast_forward,
+            record_steps=record_steps,
+        )  # fmt: skip
+        cluster.add(items)
+        if progress:
+            from tqdm import tqdm
+
+            total = sum(1 for x in items if not isinstance(x, Job)) + sum(
+                j.num_requests for j in jobs
+            )
+            with tqdm(total=total, unit="req", desc="simulate cluster", leave=False) as bar:
+                cluster.run(progress=bar.update)
+        else:
+            cluster.run()
+        wall = time.perf_counter() - t0
+        return cluster_result(cluster, jobs, wall_s=wall, record_steps=record_steps)

@@ -1,0 +1,411 @@
+"""Global routers: which instance of a cluster gets a new request.
+
+A router is a policy like a local scheduler: any object with
+``route(request, job, instances, now) -> int`` works. It sees the request (with its job, when it
+belongs to one) and a read-only :class:`InstanceView` per candidate instance, and returns the
+``index`` of the chosen view. Candidates are the instances that may take the request (role
+``prefill`` or ``both``, or ``decode`` for a PD hand-off) and whose KV cache can hold it.
+
+Built-ins (DESIGN.md baselines; ProServe's MinLoad is ``least-load``):
+
+=====================  ==========================================================================
+``round-robin``        instances in turn (HexGen-Text2SQL's vLLM baseline)
+``random``             uniformly at random (seeded)
+``least-load[:M]``     smallest load by metric ``M``: ``backlog`` (default; estimated seconds of
+                       outstanding work), ``requests`` (waiting + running), ``kv`` (most free KV
+                       tokens)
+``power-of-two[:M]``   two distinct candidates at random (seeded), the less loaded by ``M``
+=====================  ==========================================================================
+
+Ties go to the lowest instance index. Seeded routers draw from ``numpy.random.default_rng`` seeded
+by the run's seed (``reset``), so a run is deterministic under its seed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from llmsched_gym.core.job import JobState
+from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.errors import ConfigError
+
+if TYPE_CHECKING:
+    from llmsched_gym.core.engine import Engine
+
+__all__ = [
+    "LOAD_METRICS",
+    "InstanceView",
+    "LeastLoadRouter",
+    "PowerOfTwoRouter",
+    "RandomRouter",
+    "RoundRobinRouter",
+    "Router",
+    "RouterProtocol",
+    "estimate_backlog_s",
+    "list_routers",
+    "make_router",
+    "register_router",
+    "router_name",
+]
+
+LOAD_METRICS = ("backlog", "requests", "kv")
+"""Load measures of ``least-load`` and ``power-of-two``."""
+
+
+def estimate_backlog_s(
+    cost_model: Any,
+    items: Sequence[tuple[int, int, int, int]],
+    max_num_batched_tokens: int,
+) -> float:
+    """Seconds an instance needs to drain outstanding work, priced with its cost model.
+
+    Each item is ``(prefill, context, decode, length)``: tokens still to prefill (prompt, chunk
+    remainder or refill), tokens already in the KV cache before them, decode tokens still to
+    generate after the prefill, and the sequence length when decoding starts. Decode tokens are
+    bounded by ``max_tokens`` (what a non-oracle scheduler knows), never the true output length.
+
+    The estimate assumes nothing else arrives and the engine batches perfectly:
+
+    * prefills are packed into ``k_p = ceil(P / max_num_batched_tokens)`` steps, each priced as the
+      mean prefill step (``P / k_p`` tokens, ``A / k_p`` attention work with
+      ``A = sum(p * p + 2 * m * p)``, ``n_p / k_p`` prefill items);
+    * all decodes run together for ``D_max`` steps (the longest remaining decode), each priced as
+      the mean decode step (``D / D_max`` requests reading ``K / D_max`` KV tokens, with
+      ``K = sum(d * L + d * (d - 1) / 2)``).
+
+    For a linear cost model this is exactly the linear model summed over those steps; for others
+    (roofline) it evaluates the model at the mean batches.
+
+    Args:
+        cost_model: The instance's cost model (``step_time`` with the five batch features).
+        items: One ``(prefill, context, decode, length)`` per outstanding request.
+        max_num_batched_tokens: The instance's token budget per step.
+
+    Returns:
+        Estimated seconds; 0.0 for an idle instance.
+    """
+    p_tot = attn = n_p = d_tot = d_max = 0
+    kv = 0.0
+    for p, m, d, length in items:
+        if p == 1:  # one token to compute is a decode step (e.g. a PD hand-off's first step)
+            p, d, length = 0, d + 1, m
+        if p > 0:
+            p_tot += p
+            attn += p * p + 2 * m * p
+            n_p += 1
+        if d > 0:
+            d_tot += d
+            if d > d_max:
+                d_max = d
+            kv += d * length + d * (d - 1) / 2
+    total = 0.0
+    if p_tot:
+        k = -(-p_tot // max_num_batched_tokens)
+        total += k * cost_model.step_time(p_tot / k, attn / k, 0, n_p / k, 0)
+    if d_max:
+        n = d_tot / d_max
+        total += d_max * cost_model.step_time(n, 0, kv / d_max, 0, n)
+    return float(total)
+
+
+class InstanceView:
+    """Read-only state of one instance, as a router sees it at a routing decision.
+
+    Counts include requests already routed here that have not joined the waiting queue yet
+    (they arrived while a step was running, or are PD hand-offs still in transfer).
+    """
+
+    __slots__ = ("index", "name", "gpu", "model", "role", "_engine", "_backlog")
+
+    def __init__(
+        self, index: int, name: str, gpu: str | None, model: str | None, role: str, engine: Engine
+    ) -> None:
+        self.index = index
+        """Instance index in the cluster (what ``route`` returns)."""
+        self.name = name
+        """Instance name (from the cluster spec)."""
+        self.gpu = gpu
+        """GPU the instance's cost model describes (None for ``constant:`` models)."""
+        self.model = model
+        """Model the instance serves (None when its cost model does not say)."""
+        self.role = role
+        """``both``, ``prefill`` or ``decode`` (PD disaggregation)."""
+        self._engine = engine
+        self._backlog: float | None = None
+
+    @property
+    def now(self) -> float:
+        """The instance's clock (end of its last step)."""
+        return self._engine.now
+
+    @property
+    def num_pending(self) -> int:
+        """Requests routed here that have not joined the waiting queue yet."""
+        e = self._engine
+        return len(e._pending) - e._next_arrival
+
+    @property
+    def num_waiting(self) -> int:
+        """Waiting (and preempted) requests, plus routed ones not yet admitted to the queue."""
+        return len(self._engine.waiting) + self.num_pending
+
+    @property
+    def num_running(self) -> int:
+        """Requests in the running batch."""
+        return len(self._engine.running)
+
+    @property
+    def num_requests(self) -> int:
+        """Outstanding requests: waiting + running."""
+        return self.num_waiting + self.num_running
+
+    @property
+    def num_prefill(self) -> int:
+        """Running requests with more than one token to compute (prompt, chunk or refill)."""
+        return sum(1 for r in self._engine.running if r.num_tokens - r.num_computed_tokens > 1)
+
+    @property
+    def num_decode(self) -> int:
+        """Running requests generating one token per step."""
+        return self.num_running - self.num_prefill
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Free KV blocks (cached-but-unused ones count as free)."""
+        return self._engine.kv.num_free_blocks
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        """KV blocks including vLLM's null block."""
+        return self._engine.config.num_gpu_blocks
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        return self._engine.config.block_size
+
+    @property
+    def free_kv_tokens(self) -> int:
+        """Free KV capacity in tokens (``num_free_blocks * block_size``)."""
+        return self.num_free_blocks * self.block_size
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of usable KV blocks in use."""
+        return 1.0 - self.num_free_blocks / (self.num_gpu_blocks - 1)
+
+    @property
+    def num_finished(self) -> int:
+        """Requests finished here so far."""
+        return len(self._engine.finished)
+
+    @property
+    def cost_model(self) -> Any:
+        """The instance's cost model (price a request: ``cost_model.step_time(...)``)."""
+        return self._engine.cost_model
+
+    @property
+    def backlog_s(self) -> float:
+        """Estimated seconds of outstanding work (see :func:`estimate_backlog_s`)."""
+        if self._backlog is None:
+            e = self._engine
+            items: list[tuple[int, int, int, int]] = []
+            for r in e.running:
+                left = r.num_tokens - r.num_computed_tokens
+                d = r.max_tokens - r.num_output_tokens
+                if left > 1:
+                    items.append((left, r.num_computed_tokens, d - 1, r.num_tokens))
+                else:
+                    items.append((0, 0, d, r.num_tokens - 1))
+            for r in e.waiting:
+                ext = r.num_external_tokens if r.num_output_tokens == 0 else 0
+                d = r.max_tokens - r.num_output_tokens - 1
+                items.append((r.num_tokens - ext, ext, d, r.num_tokens))
+            external = e._external
+            for s in e._pending[e._next_arrival :]:
+                ext = external.get(s.request_id, 0) if external else 0
+                items.append((s.prompt_len - ext, ext, s.max_tokens - 1, s.prompt_len))
+            self._backlog = estimate_backlog_s(e.cost_model, items, e.config.max_num_batched_tokens)
+        return self._backlog
+
+    def load(self, metric: str) -> float:
+        """This instance's load by ``metric`` (lower is less loaded); see ``LOAD_METRICS``."""
+        if metric == "backlog":
+            return self.backlog_s
+        if metric == "requests":
+            return float(self.num_requests)
+        if metric == "kv":
+            return -float(self.free_kv_tokens)
+        raise ConfigError(f"unknown load metric {metric!r}; choose one of {list(LOAD_METRICS)}")
+
+    def __repr__(self) -> str:
+        return (
+            f"InstanceView({self.index}, {self.name!r}, waiting={self.num_waiting}, "
+            f"running={self.num_running}, free_blocks={self.num_free_blocks})"
+        )
+
+
+@runtime_checkable
+class RouterProtocol(Protocol):
+    """What the cluster needs of a router: ``route`` (``reset`` is optional)."""
+
+    def route(
+        self,
+        request: RequestSpec,
+        job: JobState | None,
+        instances: Sequence[InstanceView],
+        now: float,
+    ) -> int:
+        """The ``index`` of the chosen instance view."""
+        ...
+
+
+class Router:
+    """Base class of routers (subclassing is optional: any object with ``route`` works)."""
+
+    name = "router"
+    oracle = False
+    """Whether it reads true output lengths (never unflagged on a leaderboard)."""
+
+    def reset(self, instances: Sequence[InstanceView], seed: int) -> None:
+        """Called once before a run with every instance and the run's seed."""
+
+    def route(
+        self,
+        request: RequestSpec,
+        job: JobState | None,
+        instances: Sequence[InstanceView],
+        now: float,
+    ) -> int:
+        """Pick an instance for ``request`` among ``instances``; returns its ``index``."""
+        raise NotImplementedError
+
+
+class RoundRobinRouter(Router):
+    """Cycles through the cluster's instances, skipping those that are not candidates."""
+
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def reset(self, instances: Sequence[InstanceView], seed: int) -> None:
+        """Start again at instance 0."""
+        self._next = 0
+
+    def route(self, request, job, instances, now) -> int:
+        """The first candidate at or after the turn (cyclically by index)."""
+        chosen = min(instances, key=lambda v: (v.index - self._next) % (1 << 30))
+        self._next = chosen.index + 1
+        return chosen.index
+
+
+class RandomRouter(Router):
+    """A uniformly random candidate (seeded)."""
+
+    name = "random"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+
+    def reset(self, instances: Sequence[InstanceView], seed: int) -> None:
+        """Seed from the constructor's seed, else the run's."""
+        self._rng = np.random.default_rng([self.seed if self.seed is not None else seed, 1])
+
+    def route(self, request, job, instances, now) -> int:
+        """Draw one candidate."""
+        return instances[int(self._rng.integers(len(instances)))].index
+
+
+class LeastLoadRouter(Router):
+    """The least loaded candidate by a metric (ProServe's MinLoad); ties to the lowest index."""
+
+    def __init__(self, metric: str = "backlog") -> None:
+        if metric not in LOAD_METRICS:
+            raise ConfigError(
+                f"least-load metric must be one of {list(LOAD_METRICS)}, got {metric!r}"
+            )
+        self.metric = metric
+        self.name = f"least-load:{metric}"
+
+    def route(self, request, job, instances, now) -> int:
+        """Minimise the load."""
+        return min(instances, key=lambda v: (v.load(self.metric), v.index)).index
+
+
+class PowerOfTwoRouter(Router):
+    """Power of two choices: two distinct random candidates, the less loaded wins (seeded)."""
+
+    def __init__(self, metric: str = "backlog", seed: int | None = None) -> None:
+        if metric not in LOAD_METRICS:
+            raise ConfigError(
+                f"power-of-two metric must be one of {list(LOAD_METRICS)}, got {metric!r}"
+            )
+        self.metric = metric
+        self.seed = seed
+        self.name = f"power-of-two:{metric}"
+        self._rng = np.random.default_rng(seed)
+
+    def reset(self, instances: Sequence[InstanceView], seed: int) -> None:
+        """Seed from the constructor's seed, else the run's."""
+        self._rng = np.random.default_rng([self.seed if self.seed is not None else seed, 2])
+
+    def route(self, request, job, instances, now) -> int:
+        """Sample two, keep the less loaded (lower index on ties)."""
+        if len(instances) == 1:
+            return instances[0].index
+        i, j = self._rng.choice(len(instances), size=2, replace=False).tolist()
+        a, b = instances[i], instances[j]
+        return min((a, b), key=lambda v: (v.load(self.metric), v.index)).index
+
+
+_REGISTRY: dict[str, tuple[Callable[..., Any], str]] = {}
+
+
+def register_router(name: str, factory: Callable[..., Any], help: str) -> None:
+    """Register a router under ``name``; duplicate names are errors."""
+    if name in _REGISTRY:
+        raise ConfigError(f"a router named {name!r} is already registered")
+    _REGISTRY[name] = (factory, help)
+
+
+register_router("round-robin", RoundRobinRouter, "instances in turn")
+register_router("random", RandomRouter, "uniformly random instance (seeded)")
+register_router("least-load", LeastLoadRouter, "least estimated backlog in seconds (MinLoad)")
+register_router("power-of-two", PowerOfTwoRouter, "two random instances, the less loaded (backlog)")
+for _metric in LOAD_METRICS:
+    register_router(
+        f"least-load:{_metric}",
+        lambda _m=_metric, **kw: LeastLoadRouter(metric=_m, **kw),
+        f"least load by {_metric}",
+    )
+    register_router(
+        f"power-of-two:{_metric}",
+        lambda _m=_metric, **kw: PowerOfTwoRouter(metric=_m, **kw),
+        f"power of two choices by {_metric} (seeded)",
+    )
+
+
+def list_routers() -> dict[str, str]:
+    """Registered router names with one-line descriptions."""
+    return {name: help for name, (_, help) in _REGISTRY.items()}
+
+
+def make_router(name: str, **kwargs: Any) -> Any:
+    """Build a registered router; unknown names list the choices."""
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), _REGISTRY, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"unknown router {name!r}{hint}; available: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name][0](**kwargs)
+
+
+def router_name(router: Any) -> str:
+    """A router's display name (its ``name`` attribute, else its class name)."""
+    name = getattr(router, "name", None)
+    return name if isinstance(name, str) else type(router).__name__
