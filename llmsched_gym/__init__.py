@@ -6,3 +6,5 @@ models (``llmsched_gym.cost``) turn each batch into seconds.
 """
 
 __version__ = "0.1.0"
+
+import llmsched_gym.envs  # noqa: E402,F401 - registers llmsched/<Task>-<Scenario>-v0 with Gymnasium

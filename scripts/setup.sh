@@ -17,5 +17,5 @@ fi
 # torch==2.13.0 is the CPU build on this machine; installing it first keeps every later
 # resolution (e.g. the [calibration] extra) from pulling several GB of CUDA packages.
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q -e ".[test,parquet]"
+"$VENV/bin/python" -m pip install -q -e ".[test,parquet,rl,bounds]"
 echo "$want" > "$stamp"

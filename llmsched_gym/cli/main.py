@@ -385,6 +385,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.envs:
+        from llmsched_gym.envs.bench import main as bench_envs
+
+        bench_envs(["--limit", "300" if args.quick else "2000"])
+        return 0
     from llmsched_gym.bench import run_bench
 
     run_bench(quick=args.quick)
@@ -531,6 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
         "fast-forward on and off and their ratio (figures go into BENCHMARKS.md).",
     )
     p.add_argument("--quick", action="store_true", help="smaller workloads (a smoke test)")
+    p.add_argument(
+        "--envs",
+        action="store_true",
+        help="instead: Gymnasium environment steps per second for each task on the chat scenario "
+        "(first 2,000 requests) with a vLLM-equivalent and a random agent",
+    )
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser(

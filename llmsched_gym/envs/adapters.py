@@ -1,0 +1,245 @@
+"""Adapters both ways between policies and environments.
+
+* ``PolicyAgent(policy)``: a built-in policy acting in an environment, so heuristics get returns
+  on the same scale as learned agents. Exact (same records as ``simulate``) for ``vllm-v1``
+  under the FCFS queue in Priority, Select, Preempt and Knob; under the priority queue exact in
+  Select, Preempt and Knob (Priority's single score cannot also encode vLLM's (priority,
+  arrival) victim order). In BatchType it plays the policy's batch-type rule (``vllm-v0``:
+  prefill first; ``sarathi``: decode first; others: prefill first), since hybrid batches are
+  not in that action space. Policies with their own priority queue (``static-priority:*``) order
+  the visible waiting rows by their key.
+* ``AgentPolicy(env_class, agent)``: a trained agent (any callable observation -> action, or an
+  object with SB3's ``predict``) as a ``SchedulingPolicy`` for ``simulate``, ``compare`` and
+  leaderboards. It builds the same observations from the engine it runs in and applies actions
+  through the same code as the environment.
+
+>>> import gymnasium as gym
+>>> from llmsched_gym.envs import PolicyAgent, rollout
+>>> from llmsched_gym.policies.registry import make_policy
+>>> env = gym.make("llmsched/Priority-ChatAzureConv-v0", max_requests=50)
+>>> out = rollout(env, PolicyAgent(make_policy("vllm-v1")), seed=0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
+from llmsched_gym.envs.base import InvalidActionError, LLMSchedEnv, check_box, check_discrete
+from llmsched_gym.envs.batch_type_v0 import DECODE, PREFILL, BatchTypeEnv, batch_type_masks
+from llmsched_gym.envs.knob_v0 import KnobEnv, knob_caps
+from llmsched_gym.envs.packing import drive, pack
+from llmsched_gym.envs.preempt_v0 import PreemptEnv
+from llmsched_gym.envs.priority_v0 import PriorityEnv, set_scores
+from llmsched_gym.envs.select_v0 import BLOCKED, PREEMPTED_SELF, BatchBuilder, SelectEnv
+from llmsched_gym.errors import ConfigError
+
+__all__ = ["AgentPolicy", "PolicyAgent", "rollout"]
+
+
+class PolicyAgent:
+    """A built-in ``SchedulingPolicy`` acting in an environment (``act(env)``)."""
+
+    def __init__(self, policy: SchedulingPolicy) -> None:
+        if not isinstance(policy, SchedulingPolicy):
+            raise ConfigError(f"PolicyAgent needs a SchedulingPolicy, got {type(policy).__name__}")
+        self.policy = policy
+
+    def act(self, env: Any) -> Any:
+        """The action ``policy`` takes at ``env``'s current decision."""
+        base = env.unwrapped
+        if isinstance(base, PriorityEnv):
+            return self._scores(base)
+        if isinstance(base, BatchTypeEnv):
+            masks = batch_type_masks(base.engine)
+            if self.policy.name == "sarathi" and masks[DECODE]:
+                return DECODE
+            return PREFILL if masks[PREFILL] else DECODE
+        if isinstance(base, SelectEnv):
+            b = base.builder
+            k = base.top_k
+            if b is None or b.last_result in (PREEMPTED_SELF, BLOCKED) or not b.valid[0]:
+                return k
+            return 0
+        if isinstance(base, PreemptEnv):
+            return 0
+        if isinstance(base, KnobEnv):
+            return np.ones(2, dtype=np.float32)
+        raise ConfigError(f"PolicyAgent does not know environment {type(base).__name__}")
+
+    def _scores(self, env: PriorityEnv) -> np.ndarray:
+        k = env.top_k
+        rows = list(range(len(env._visible)))
+        policy = self.policy
+        if policy.queue_policy(env.config) == "priority":
+            waiting_rows = [i for i in rows if env._visible[i].status.name != "RUNNING"]
+            ranked = sorted(
+                waiting_rows,
+                key=lambda i: (policy.priority_key(env._visible[i]), env._visible[i].seq),
+            )
+            rows = ranked + rows[len(waiting_rows) :]
+        scores = np.full(k, -1.0, dtype=np.float32)
+        for rank, i in enumerate(rows):
+            scores[i] = 1.0 - 2.0 * rank / k
+        return scores
+
+
+def rollout(
+    env: Any,
+    agent: PolicyAgent | Callable[[Any], Any],
+    seed: int | None = None,
+    max_steps: int | None = None,
+) -> dict[str, Any]:
+    """Run one episode; returns ``{"return", "steps", "info", "terminated", "truncated"}``.
+
+    ``agent`` is a ``PolicyAgent`` or a callable observation -> action (an object with SB3's
+    ``predict`` is called with ``deterministic=True`` and, where the env has them, action masks).
+    """
+    obs, info = env.reset(seed=seed)
+    total, steps = 0.0, 0
+    terminated = truncated = False
+    while not (terminated or truncated):
+        if isinstance(agent, PolicyAgent):
+            action = agent.act(env)
+        else:
+            masks_fn = getattr(env.unwrapped, "action_masks", None)
+            action = _call_agent(agent, obs, masks_fn() if masks_fn is not None else None)
+        obs, reward, terminated, truncated, info = env.step(action)
+        total += reward
+        steps += 1
+        if max_steps is not None and steps >= max_steps:
+            break
+    return {
+        "return": total,
+        "steps": steps,
+        "info": info,
+        "terminated": terminated,
+        "truncated": truncated,
+    }
+
+
+def _call_agent(agent: Any, obs: Any, mask: np.ndarray | None) -> Any:
+    predict = getattr(agent, "predict", None)
+    if predict is not None:
+        kwargs: dict[str, Any] = {"deterministic": True}
+        if mask is not None and "action_masks" in inspect.signature(predict).parameters:
+            kwargs["action_masks"] = mask
+        out = predict(obs, **kwargs)
+        return out[0] if isinstance(out, tuple) else out
+    return agent(obs)
+
+
+class AgentPolicy(SchedulingPolicy):
+    """A trained agent as a ``SchedulingPolicy`` (for ``simulate`` and leaderboards).
+
+    Args:
+        env_class: The environment class the agent was trained on (``PriorityEnv``, ...).
+        agent: A callable observation -> action, or an object with SB3's ``predict``.
+        top_k: As the environment's (must match training).
+        oracle: As the environment's.
+        lookup_prefix: As the environment's.
+        window_s: ``KnobEnv`` only: seconds between knob decisions.
+        name: The policy's name in records (default ``agent:<Task>``).
+
+    Decisions are made at every step the engine does not fast-forward, as in the environment
+    (Knob: at the first such step of each window).
+    """
+
+    def __init__(
+        self,
+        env_class: type[LLMSchedEnv],
+        agent: Any,
+        *,
+        top_k: int = 16,
+        oracle: bool = False,
+        lookup_prefix: bool = True,
+        window_s: float = 5.0,
+        name: str | None = None,
+    ) -> None:
+        if not (isinstance(env_class, type) and issubclass(env_class, LLMSchedEnv)):
+            raise ConfigError(f"env_class must be an environment class, got {env_class!r}")
+        if not callable(agent) and not hasattr(agent, "predict"):
+            raise ConfigError("agent must be callable (observation -> action) or have predict()")
+        self.env_class = env_class
+        self.agent = agent
+        self.top_k = top_k
+        self.oracle = oracle
+        self.lookup_prefix = lookup_prefix
+        self.window_s = window_s
+        self.name = name or f"agent:{env_class.task}"
+        shell = env_class.__new__(env_class)
+        shell.top_k, shell.oracle, shell.lookup_prefix = top_k, oracle, lookup_prefix
+        shell.ledger = None
+        shell.builder = None
+        shell.requester = None
+        shell._visible = []
+        self._shell = shell
+        self._inner = shell._make_policy()
+        self.fast_forward_safe = self._inner.fast_forward_safe
+        self.head_of_line = self._inner.head_of_line
+
+    def reset(self, engine: Engine) -> None:
+        """Bind the observation builder to the engine this policy runs in."""
+        shell = self._shell
+        shell.config = engine.config
+        shell._priority = engine.config.scheduling_policy == "priority"
+        shell._bind(engine)
+        self._next_window = 0.0
+
+    def _decide(self, mask: np.ndarray | None = None) -> Any:
+        obs = self._shell._observe()
+        return _call_agent(self.agent, obs, mask)
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Ask the agent (once or several times) and build the batch from its answers."""
+        shell, inner, k = self._shell, self._inner, self.top_k
+        engine = shell.engine
+        if issubclass(self.env_class, PriorityEnv):
+            scores = check_box(self._decide(), (k,), "Priority")
+            set_scores(inner, shell._visible, scores, engine)
+            inner.schedule(ctx)
+        elif issubclass(self.env_class, BatchTypeEnv):
+            inner.batch_type = check_discrete(
+                self._decide(batch_type_masks(engine)), 2, "BatchType"
+            )
+            inner.schedule(ctx)
+        elif issubclass(self.env_class, KnobEnv):
+            if ctx.now >= self._next_window:
+                cfg = ctx.config
+                caps = knob_caps(self._decide(), cfg.max_num_batched_tokens, cfg.max_num_seqs)
+                inner.set_caps(*caps, cfg.max_num_seqs)
+                self.fast_forward_safe = inner.fast_forward_safe
+                self._next_window = (math.floor(ctx.now / self.window_s) + 1) * self.window_s
+            inner.schedule(ctx)
+        elif issubclass(self.env_class, SelectEnv):
+            builder = BatchBuilder(ctx, k)
+            shell.builder = builder
+            while builder.valid[:k].any():
+                a = check_discrete(self._decide(builder.valid.copy()), k + 1, "Select")
+                if not builder.valid[a]:
+                    raise InvalidActionError(f"Select: the agent chose masked action {a}")
+                if a == k:
+                    break
+                builder.pick(a)
+            shell.builder = None
+        elif issubclass(self.env_class, PreemptEnv):
+
+            def victim(req: Any) -> Any:
+                shell.requester = req
+                mask = np.zeros(k, dtype=bool)
+                a = check_discrete(self._decide(), k, "Preempt")
+                rows = shell._visible
+                mask[: len(rows)] = True
+                if a >= len(rows):
+                    raise InvalidActionError(f"Preempt: the agent chose empty row {a}")
+                return rows[a]
+
+            drive(pack(ctx), victim)
+            shell.requester = None
+        else:
+            raise ConfigError(f"AgentPolicy does not know {self.env_class.__name__}")

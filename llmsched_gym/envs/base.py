@@ -1,0 +1,388 @@
+"""The shared machinery of the environments: scenario, engine, decision loop, reward, render.
+
+Each environment drives one ``Engine`` through ``advance_to_decision()`` / ``step()`` with a
+``SchedulingPolicy`` it owns; there is no second simulator. Subclasses say which requests are
+visible, how an action enters the engine (``_apply``) and how the engine moves to the next
+decision (``_advance``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
+from llmsched_gym.core.job import Job
+from llmsched_gym.core.request import Request
+from llmsched_gym.envs.observation import Observer, first_waiting, observation_space
+from llmsched_gym.envs.reward import REWARD_KINDS, RewardLedger
+from llmsched_gym.errors import ConfigError, PolicyError
+from llmsched_gym.scenarios.spec import Scenario, load_scenario
+
+_WORKLOAD_CACHE: OrderedDict[tuple, list] = OrderedDict()
+_WORKLOAD_CACHE_SIZE = 16
+
+
+class InvalidActionError(PolicyError, ValueError):
+    """An action has the wrong shape or type, is not finite, or picks a masked choice."""
+
+
+def _workload(scenario: Scenario, seed: int, cost_model: Any, max_requests: int | None) -> list:
+    """The scenario's workload under ``seed`` (cached: specs and jobs are immutable)."""
+    key = (repr(scenario.to_dict()), seed, max_requests)
+    items = _WORKLOAD_CACHE.get(key)
+    if items is None:
+        items = scenario.build_workload(seed, cost_model=cost_model)
+        if max_requests is not None:
+            items = sorted(items, key=lambda x: float(x.arrival_time))[:max_requests]
+        _WORKLOAD_CACHE[key] = items
+        if len(_WORKLOAD_CACHE) > _WORKLOAD_CACHE_SIZE:
+            _WORKLOAD_CACHE.popitem(last=False)
+    else:
+        _WORKLOAD_CACHE.move_to_end(key)
+    return items
+
+
+class HeldContext(StepContext):
+    """A step context the environment may fill before ``Engine.step`` executes it.
+
+    ``hold`` begins the step (as the engine would) and makes the engine's own ``_begin`` of the
+    same step a no-op, so actions taken over several environment steps (``Select``) or paused
+    for an agent (``Preempt``) land in the step the engine then executes.
+    """
+
+    held = False
+
+    def hold(self, now: float, step: int) -> None:
+        """Begin the step at ``now`` and keep it for the engine's next ``_step``."""
+        super()._begin(now, step)
+        self.held = True
+
+    def _begin(self, now: float, step: int) -> None:
+        if self.held:
+            self.held = False
+            return
+        super()._begin(now, step)
+
+
+class EnvPolicy(SchedulingPolicy):
+    """Base of the environments' policies: they apply the action the environment stored."""
+
+    name = "env"
+    fast_forward_safe = True
+    head_of_line = True
+
+    def __init__(self, oracle: bool = False) -> None:
+        self.oracle = oracle
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Nothing by default: the environment filled the held context."""
+
+
+def check_discrete(action: Any, n: int, what: str) -> int:
+    """An integer action in [0, n), from an int, a numpy integer or a one-element array."""
+    a = np.asarray(action)
+    if a.size != 1 or not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
+        if a.size == 1 and np.issubdtype(a.dtype, np.floating) and float(a.flat[0]).is_integer():
+            a = a.astype(np.int64)
+        else:
+            raise InvalidActionError(
+                f"{what}: action must be one integer in [0, {n}), got {action!r} "
+                f"(shape {a.shape}, dtype {a.dtype})"
+            )
+    value = int(a.reshape(()))
+    if not 0 <= value < n:
+        raise InvalidActionError(f"{what}: action {value} is out of range [0, {n})")
+    return value
+
+
+def check_box(action: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """A float64 array of ``shape`` with finite values, or an InvalidActionError."""
+    try:
+        a = np.asarray(action, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidActionError(f"{what}: action must be numbers, got {action!r}") from None
+    if a.shape != shape:
+        if a.size == math.prod(shape) and a.ndim >= 1:
+            a = a.reshape(shape)
+        else:
+            raise InvalidActionError(f"{what}: action must have shape {shape}, got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise InvalidActionError(f"{what}: action must be finite, got {a.tolist()!r}")
+    return a
+
+
+class LLMSchedEnv(gym.Env):
+    """Base class; see the concrete environments (``PriorityEnv`` and others)."""
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    task = "Base"
+
+    def __init__(
+        self,
+        scenario: str | Scenario = "chat-azure-conv-v0",
+        *,
+        scenario_overrides: Mapping[str, Any] | None = None,
+        top_k: int = 16,
+        reward: str = "latency",
+        reward_scale: float = 0.01,
+        max_requests: int | None = None,
+        max_episode_steps: int | None = None,
+        max_sim_time_s: float | None = None,
+        oracle: bool = False,
+        lookup_prefix: bool = True,
+        strict_masks: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        from llmsched_gym.cost.registry import load_cost_model
+
+        if isinstance(scenario, Scenario):
+            sc = scenario.with_overrides(scenario_overrides) if scenario_overrides else scenario
+        else:
+            sc = load_scenario(scenario, dict(scenario_overrides or {}))
+        if sc.cluster is not None:
+            raise ConfigError(
+                f"scenario {sc.name!r} describes a cluster; these environments drive one engine "
+                "(a Route environment over clusters is not available yet)"
+            )
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
+        if reward not in REWARD_KINDS:
+            raise ConfigError(f"reward must be one of {list(REWARD_KINDS)}, got {reward!r}")
+        if not (isinstance(reward_scale, (int, float)) and math.isfinite(reward_scale)):
+            raise ConfigError(f"reward_scale must be a finite number, got {reward_scale!r}")
+        if reward_scale <= 0:
+            raise ConfigError(f"reward_scale must be > 0, got {reward_scale!r}")
+        for key, value in (
+            ("max_requests", max_requests),
+            ("max_episode_steps", max_episode_steps),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ConfigError(f"{key} must be an integer >= 1 or None, got {value!r}")
+        if max_sim_time_s is not None and not (
+            isinstance(max_sim_time_s, (int, float)) and max_sim_time_s > 0
+        ):
+            raise ConfigError(
+                f"max_sim_time_s must be a number > 0 or None, got {max_sim_time_s!r}"
+            )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, got "
+                f"{render_mode!r}"
+            )
+        self.scenario = sc
+        self.cost_model = load_cost_model(sc.cost_model)
+        self.config = sc.engine_config(self.cost_model)
+        self.top_k = top_k
+        self.reward_kind = reward
+        self.reward_scale = float(reward_scale)
+        self.max_requests = max_requests
+        self.max_episode_steps = max_episode_steps
+        self.max_sim_time_s = float("inf") if max_sim_time_s is None else float(max_sim_time_s)
+        self.oracle = bool(oracle)
+        self.lookup_prefix = bool(lookup_prefix)
+        self.strict_masks = bool(strict_masks)
+        self._action_replaced = False
+        self.render_mode = render_mode
+        self.observation_space = observation_space(top_k, self.oracle)
+        self.action_space = self._make_action_space()
+        self.engine: Engine | None = None
+        self.ledger: RewardLedger | None = None
+        self.observer: Observer | None = None
+        self.workload_seed: int | None = None
+        self._visible: list[Request] = []
+        self._ended = True
+        self._final_pending = False
+        self._num_env_steps = 0
+        self._episode_return = 0.0
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def _make_action_space(self) -> gym.Space:
+        raise NotImplementedError
+
+    def _make_policy(self) -> EnvPolicy:
+        return EnvPolicy(self.oracle)
+
+    def _apply(self, action: Any) -> None:
+        """Put the action into the engine (and execute steps as the task defines)."""
+        raise NotImplementedError
+
+    def _advance(self) -> bool:
+        """Move the engine to the next decision; False when the episode ended."""
+        raise NotImplementedError
+
+    def _compute_visible(self) -> list[Request]:
+        """The requests of the observation's table, in row order (default: waiting, running)."""
+        k = self.top_k
+        rows = first_waiting(self.engine, k)
+        if len(rows) < k:
+            rows.extend(self.engine.running[: k - len(rows)])
+        return rows
+
+    def _token_budget(self) -> int | None:
+        return None
+
+    def _clock(self) -> float:
+        return self.engine.now
+
+    # -- binding (shared with AgentPolicy) ---------------------------------------------------
+    def _bind(self, engine: Engine) -> None:
+        engine.ctx = HeldContext(engine)
+        self.engine = engine
+        self.observer = Observer(
+            engine,
+            self.top_k,
+            oracle=self.oracle,
+            lookup_prefix=self.lookup_prefix,
+        )
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        self._visible = self._compute_visible()
+        table, mask = self.observer.table(self._visible)
+        return {
+            "global": self.observer.global_features(self._token_budget()),
+            "requests": table,
+            "mask": mask,
+        }
+
+    # -- Gymnasium API ---------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Start an episode on a fresh engine.
+
+        The workload is built with seed ``scenario.seed + seed``; without a seed, from the
+        environment's ``np_random`` (so same seed, same trajectory).
+        """
+        super().reset(seed=seed)
+        if options:
+            raise ConfigError(f"reset options are not supported, got {sorted(options)}")
+        offset = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        self.workload_seed = self.scenario.seed + offset
+        items = _workload(self.scenario, self.workload_seed, self.cost_model, self.max_requests)
+        engine = Engine(self.config, self._make_policy(), self.cost_model, fast_forward=True)
+        specs = [x for x in items if not isinstance(x, Job)]
+        jobs = [x for x in items if isinstance(x, Job)]
+        engine.add_requests(specs)
+        if jobs:
+            engine.add_jobs(jobs)
+        self.items = items
+        self._bind(engine)
+        self.ledger = RewardLedger(items, engine)
+        self._num_env_steps = 0
+        self._episode_return = 0.0
+        self._reset_task()
+        # Reward accrues from t = 0: the first step's reward covers everything before the first
+        # decision too. An episode without any decision (e.g. Preempt when KV never runs out)
+        # still has one step, whose action is ignored and which returns the whole reward.
+        self._final_pending = not self._advance()
+        self._ended = False
+        obs = self._observe()
+        if self.render_mode == "human":
+            self.render()
+        return obs, self._info({})
+
+    def _reset_task(self) -> None:
+        """Per-episode state of the task (called before the first ``_advance``)."""
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        """Apply the action, run the engine to the next decision, return the reward since."""
+        if self._ended or self.engine is None:
+            raise gym.error.ResetNeeded(
+                "the episode has ended (or never started): call reset() before step()"
+            )
+        self._action_replaced = False
+        if self._final_pending:
+            self._check_action(action)  # ignored, but still validated
+            more = False
+        else:
+            self._apply(action)
+            more = self._advance()
+        self._num_env_steps += 1
+        terms = self.ledger.collect(self._clock(), self.reward_scale)
+        reward = terms[f"reward_{self.reward_kind}"]
+        self._episode_return += reward
+        drained = self.engine.next_event_time() == math.inf
+        terminated = not more and drained
+        truncated = not more and not drained
+        if self.max_episode_steps is not None and self._num_env_steps >= self.max_episode_steps:
+            truncated = not terminated
+        self._ended = terminated or truncated
+        obs = self._observe()
+        if self.render_mode == "human":
+            self.render()
+        return obs, float(reward), terminated, truncated, self._info(terms)
+
+    def _info(self, terms: dict[str, float]) -> dict[str, Any]:
+        eng = self.engine
+        led = self.ledger
+        info: dict[str, Any] = {
+            "time_s": self._clock(),
+            "engine_steps": eng.num_steps,
+            "num_finished_requests": len(eng.finished),
+            "num_finished_units": led.num_closed,
+            "num_slo_met": led.num_slo_met,
+            "num_good": led.num_good,
+            "num_running": len(eng.running),
+            "num_waiting": len(eng.waiting),
+            "action_replaced": self._action_replaced,
+        }
+        info.update(terms)
+        return info
+
+    def render(self) -> str | None:
+        """A compact text view: clock, queues, KV use and the visible requests."""
+        if self.engine is None:
+            return None
+        eng = self.engine
+        usage = 1.0 - eng.kv.pool.num_free / max(1, self.config.num_gpu_blocks - 1)
+        lines = [
+            f"{self.task} t={eng.now:.3f}s step={eng.num_steps} decisions={self._num_env_steps} "
+            f"running={len(eng.running)} waiting={len(eng.waiting)} kv={usage:.0%} "
+            f"finished={len(eng.finished)} return={self._episode_return:.4g}"
+        ]
+        for i, r in enumerate(self._visible[: min(8, self.top_k)]):
+            lines.append(
+                f"  [{i}] {r.request_id:<14} {r.status.name[:4]} "
+                f"computed={r.num_computed_tokens}/{r.num_tokens} out={r.num_output_tokens} "
+                f"prio={r.priority} age={eng.now - r.arrival_time:.2f}s"
+            )
+        text = "\n".join(lines)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        """Drop the engine."""
+        self.engine = None
+        self.ledger = None
+        self._ended = True
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _check_action(self, action: Any) -> None:
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            check_discrete(action, int(space.n), self.task)
+        else:
+            check_box(action, space.shape, self.task)
+
+    def _masked(self, message: str) -> None:
+        """A masked choice: raise with ``strict_masks``, else note the replacement in info."""
+        if self.strict_masks:
+            raise InvalidActionError(message)
+        self._action_replaced = True
+
+    def _until(self) -> float:
+        return self.max_sim_time_s
+
+    def episode_return(self) -> float:
+        """The sum of rewards so far in this episode."""
+        return self._episode_return

@@ -1,0 +1,227 @@
+"""Observations: a global vector and a top-K request table, read from the engine at a decision.
+
+Every value is float32 in [-1, 1] and finite: counts and durations are squashed as
+``x / (x + s)`` with a typical magnitude ``s`` (so ``x = s`` reads 0.5), signed quantities as
+``x / (|x| + s)``, fractions are used as they are. True output lengths never appear unless the
+environment was made with ``oracle=True`` (the ``remaining_output`` column).
+
+Global features (``global``, shape ``(10,)``):
+
+====  =====================  ==========================================  ===  ===
+idx   name                   definition                                  min  max
+====  =====================  ==========================================  ===  ===
+0     clock                  now / (now + 600 s)                         0    1
+1     num_waiting            n / (n + 64)                                0    1
+2     num_running            n / max_num_seqs                            0    1
+3     kv_cache_usage         1 - free blocks / (num_gpu_blocks - 1)      0    1
+4     prefix_hit_rate        prefix-hit tokens / queried tokens so far   0    1
+5     waiting_tokens         tokens left to compute, waiting, squashed   0    1
+                             by max_num_batched_tokens
+6     running_tokens         tokens left to compute, running, same       0    1
+7     token_budget           budget left this step / max_num_batched...  0    1
+8     free_seqs              (max_num_seqs - running) / max_num_seqs     0    1
+9     progress               finished / (finished + running + waiting)   0    1
+                             requests
+====  =====================  ==========================================  ===  ===
+
+Request table (``requests``, shape ``(K, F)``; rows past the visible requests are zero and
+``mask`` is 0 there):
+
+====  =====================  ==========================================  ===  ===
+col   name                   definition                                  min  max
+====  =====================  ==========================================  ===  ===
+0     age                    (now - arrival) squashed by 10 s            0    1
+1     prompt_tokens          num_prompt_tokens squashed by 1024          0    1
+2     computed_fraction      num_computed_tokens / num_tokens            0    1
+3     cached_fraction        prefix-hit tokens / prompt tokens (waiting:  0    1
+                             what a lookup would hit now; running: hit
+                             at first admission)
+4     generated_tokens       num_output_tokens squashed by 256           0    1
+5     max_tokens             max_tokens squashed by 1024                 0    1
+6     priority               priority / (abs(priority) + 1) (lower       -1   1
+                             is served first, as in vLLM)
+7     slack                  seconds to the next SLO bound (TTFT before  -1   1
+                             the first token, then TPOT pace, deadline),
+                             signed-squashed by 1 s; 1 without SLO
+8     job_progress           finished / released requests of its job     0    1
+9     is_running             1 running, 0 waiting or preempted           0    1
+10    tokens_to_compute      num_tokens - num_computed squashed by 512   0    1
+11    num_preemptions        n / (n + 1)                                 0    1
+12    remaining_output       (oracle only) true tokens left, by 256      0    1
+====  =====================  ==========================================  ===  ===
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import islice
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from llmsched_gym.core.engine import Engine
+from llmsched_gym.core.request import Request, RequestStatus
+
+GLOBAL_FEATURES = (
+    "clock",
+    "num_waiting",
+    "num_running",
+    "kv_cache_usage",
+    "prefix_hit_rate",
+    "waiting_tokens",
+    "running_tokens",
+    "token_budget",
+    "free_seqs",
+    "progress",
+)
+REQUEST_FEATURES = (
+    "age",
+    "prompt_tokens",
+    "computed_fraction",
+    "cached_fraction",
+    "generated_tokens",
+    "max_tokens",
+    "priority",
+    "slack",
+    "job_progress",
+    "is_running",
+    "tokens_to_compute",
+    "num_preemptions",
+)
+ORACLE_FEATURES = ("remaining_output",)
+
+
+def observation_space(top_k: int, oracle: bool) -> spaces.Dict:
+    """The Dict space of every environment's observation."""
+    f = len(REQUEST_FEATURES) + (len(ORACLE_FEATURES) if oracle else 0)
+    return spaces.Dict(
+        {
+            "global": spaces.Box(0.0, 1.0, (len(GLOBAL_FEATURES),), np.float32),
+            "requests": spaces.Box(-1.0, 1.0, (top_k, f), np.float32),
+            "mask": spaces.MultiBinary(top_k),
+        }
+    )
+
+
+def first_waiting(engine: Engine, k: int) -> list[Request]:
+    """The first ``k`` waiting requests in service order."""
+    return list(islice(engine.waiting, k))
+
+
+class Observer:
+    """Builds observations of one engine (shared by the environments and ``AgentPolicy``)."""
+
+    def __init__(
+        self, engine: Engine, top_k: int, *, oracle: bool = False, lookup_prefix: bool = True
+    ) -> None:
+        self.engine = engine
+        self.top_k = top_k
+        self.oracle = oracle
+        self.lookup_prefix = lookup_prefix
+        self.num_features = len(REQUEST_FEATURES) + (len(ORACLE_FEATURES) if oracle else 0)
+        cfg = engine.config
+        self._m = float(cfg.max_num_batched_tokens)
+        self._seqs = float(cfg.max_num_seqs)
+        self._usable = float(max(1, cfg.num_gpu_blocks - 1))
+
+    def global_features(self, token_budget: int | None = None) -> Any:
+        """The ``global`` vector (see the module table)."""
+        eng = self.engine
+        now = eng.now
+        waiting, running = eng.waiting, eng.running
+        nw, nr, nf = len(waiting), len(running), len(eng.finished)
+        w_tokens = 0
+        for r in waiting:
+            w_tokens += r.num_tokens - r.num_computed_tokens
+        r_tokens = 0
+        for r in running:
+            r_tokens += r.num_tokens - r.num_computed_tokens
+        kv = eng.kv
+        hit_rate = kv.hits / kv.queries if kv.queries else 0.0
+        m = self._m
+        budget = m if token_budget is None else token_budget
+        values = [
+            now / (now + 600.0),
+            nw / (nw + 64.0),
+            min(1.0, nr / self._seqs),
+            1.0 - kv.pool.num_free / self._usable,
+            min(1.0, hit_rate),
+            w_tokens / (w_tokens + m),
+            r_tokens / (r_tokens + m),
+            min(1.0, max(0.0, budget / m)),
+            max(0.0, (self._seqs - nr) / self._seqs),
+            nf / (nf + nw + nr) if nf + nw + nr else 0.0,
+        ]
+        return np.clip(np.array(values, dtype=np.float32), 0.0, 1.0)
+
+    def table(self, reqs: Sequence[Request]) -> tuple[np.ndarray, np.ndarray]:
+        """The ``requests`` table and ``mask`` for the visible requests (at most ``top_k``)."""
+        eng = self.engine
+        now = eng.now
+        f = self.num_features
+        k = self.top_k
+        out = np.zeros((k, f), dtype=np.float32)
+        mask = np.zeros(k, dtype=np.int8)
+        n = min(len(reqs), k)
+        if n == 0:
+            return out, mask
+        jobs = eng.jobs
+        ctx = eng.ctx
+        rows: list[float] = []
+        for req in reqs[:n]:
+            spec = req.spec
+            prompt = req.num_prompt_tokens
+            running = req.status is RequestStatus.RUNNING
+            if running or not self.lookup_prefix:
+                cached = max(0, req.num_cached_tokens)
+            else:
+                cached = ctx.lookup(req)[1]
+            age = now - req.arrival_time
+            gen = req.num_output_tokens
+            slack = _slack(req, spec, now)
+            job_progress = 0.0
+            if jobs is not None and spec.job_id is not None:
+                state = jobs.states.get(spec.job_id)
+                if state is not None and state.num_released:
+                    job_progress = state.num_finished / state.num_released
+            left = req.num_tokens - req.num_computed_tokens
+            p = req.priority
+            pre = req.num_preemptions
+            mt = req.max_tokens
+            rows += (
+                age / (age + 10.0) if age > 0 else 0.0,
+                prompt / (prompt + 1024.0),
+                req.num_computed_tokens / req.num_tokens,
+                min(1.0, cached / prompt),
+                gen / (gen + 256.0),
+                mt / (mt + 1024.0),
+                p / (abs(p) + 1.0),
+                slack / (abs(slack) + 1.0),
+                job_progress,
+                1.0 if running else 0.0,
+                left / (left + 512.0),
+                pre / (pre + 1.0),
+            )
+            if self.oracle:
+                true_left = max(0, ctx.true_output_len(req) - gen)
+                rows.append(true_left / (true_left + 256.0))
+        out[:n] = np.array(rows, dtype=np.float32).reshape(n, f)
+        mask[:n] = 1
+        np.clip(out, -1.0, 1.0, out=out)
+        return out, mask
+
+
+def _slack(req: Request, spec: Any, now: float) -> float:
+    """Seconds until the request's next SLO bound (large positive without one)."""
+    bound = None
+    if req.first_token_time is None:
+        if spec.slo_ttft_s is not None:
+            bound = req.arrival_time + spec.slo_ttft_s
+    elif spec.slo_tpot_s is not None:
+        bound = req.first_token_time + spec.slo_tpot_s * req.num_output_tokens
+    if spec.deadline_s is not None:
+        bound = spec.deadline_s if bound is None else min(bound, spec.deadline_s)
+    if bound is None:
+        return 1e9
+    return bound - now

@@ -1,0 +1,154 @@
+"""``llmsched/Priority-*-v0``: per-step priority scores over the top-K visible requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from llmsched_gym.core.engine import StepContext
+from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_box
+from llmsched_gym.envs.packing import drive, pack
+
+
+class PriorityPolicy(EnvPolicy):
+    """Packs the batch in the order of the scores the environment stored (vLLM-v1 rules)."""
+
+    name = "env-priority"
+    head_of_line = False  # any visible waiting request may go first
+
+    def __init__(self, oracle: bool = False) -> None:
+        super().__init__(oracle)
+        self.running_order: list[Request] | None = None
+        self.waiting_order: list[Request] | None = None
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Phase (a) over running by score, victims lowest first, then waiting by score."""
+        order = self.running_order
+        if order is None:
+            order = list(ctx.running)
+        drive(pack(ctx, order, self.waiting_order), lambda req: _lowest(order))
+        self.running_order = self.waiting_order = None
+
+
+def _lowest(order: list[Request]) -> Request:
+    """The running request with the lowest score: the last of ``order`` still running."""
+    for req in reversed(order):
+        if req.status is RequestStatus.RUNNING:
+            return req
+    raise AssertionError("a request needs blocks, so at least it is running")
+
+
+class PriorityEnv(LLMSchedEnv):
+    """Score the visible requests; the engine packs the batch in score order.
+
+    ## Description
+
+    At every engine step whose schedule a decision can change (the steps the engine does not
+    fast-forward), the agent gives one score per visible request. The environment's policy then
+    packs the batch with vLLM-v1's rules in score order (higher first): running requests by score
+    (each gets ``num_tokens - num_computed_tokens`` tokens, capped by the long-prefill threshold
+    and the remaining budget); when KV blocks run out, the running request with the lowest score
+    is preempted (recompute) and the allocation retried, a request that preempts itself ending
+    the phase; then, only if nothing was preempted, waiting requests by score while sequences
+    and budget remain, stopping at the first that cannot get blocks. Requests that are not
+    visible come after the visible ones of their queue, in their default order (running:
+    admission order, so the newest invisible running request is the first victim; waiting:
+    queue order). Scores that follow the row order reproduce ``vllm-v1`` exactly under the FCFS
+    queue (``PolicyAgent``); under the priority queue vLLM picks victims by (priority, arrival),
+    which one score per request cannot express together with the admission order.
+
+    Visible requests (rows): the first ``top_k`` waiting requests in queue order, then running
+    requests in admission order, up to ``top_k`` rows.
+
+    ## Action Space
+
+    ``Box(-1, 1, (top_k,), float32)``: the score of each row. Only the order matters; values
+    outside [-1, 1] are used as they are (no clipping changes an order), ties keep row order.
+    Scores of empty rows are ignored. A wrong shape or a non-finite value raises
+    ``InvalidActionError`` (a ``PolicyError`` and ``ValueError``).
+
+    ## Observation Space
+
+    ``Dict(global=Box(0, 1, (10,)), requests=Box(-1, 1, (top_k, 12)), mask=MultiBinary(top_k))``;
+    the feature tables are in ``llmsched_gym.envs.observation`` (13 request columns with
+    ``oracle=True``).
+
+    ## Rewards
+
+    With ``L(t)`` the area under the number of arrived, unfinished units (requests, or jobs
+    when the workload has jobs) up to simulated time ``t``, and ``t_k`` the clock at decision
+    ``k``::
+
+        r_k = -reward_scale * (L(t_{k+1}) - L(t_k))          (reward="latency", default)
+
+    so the return of an episode that drains is ``-reward_scale * sum_i e2e_i`` (``sum`` of job
+    latencies with jobs). ``reward="slo"``: ``reward_scale`` per unit finishing within its SLOs
+    (return ``reward_scale * slo_attainment * num_slo_units``); ``reward="goodput"``:
+    ``reward_scale`` per finished unit meeting its SLOs or having none (return
+    ``reward_scale * goodput * duration_s``). ``info`` holds every term: ``reward_latency``,
+    ``reward_slo``, ``reward_goodput``, ``latency_area_s`` (unscaled ``L(t_{k+1}) - L(t_k)``).
+
+    ## Starting State
+
+    The scenario's workload built with seed ``scenario.seed + seed``; the engine at its first
+    decision (the first arrivals have joined the waiting queue).
+
+    ## Episode End
+
+    ``terminated`` when every request finished; ``truncated`` when the next step would start at
+    or after ``max_sim_time_s``, or after ``max_episode_steps`` environment steps.
+
+    ## Arguments
+
+    ``gym.make("llmsched/Priority-ChatAzureConv-v0", top_k=16, reward="latency",
+    reward_scale=0.01, max_requests=None, max_sim_time_s=None, max_episode_steps=None,
+    oracle=False, lookup_prefix=True, scenario_overrides=None, render_mode=None)``;
+    ``scenario_overrides`` takes dotted scenario fields (``{"workload.limit": 200}``);
+    ``max_requests`` keeps the first N workload items by arrival; ``lookup_prefix=False`` skips
+    the prefix-cache lookups of waiting rows (faster; the ``cached_fraction`` column of waiting
+    rows is then 0).
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    task = "Priority"
+
+    def _make_action_space(self) -> spaces.Box:
+        return spaces.Box(-1.0, 1.0, (self.top_k,), np.float32)
+
+    def _make_policy(self) -> PriorityPolicy:
+        return PriorityPolicy(self.oracle)
+
+    def _reset_task(self) -> None:
+        self._policy = self.engine.policy
+
+    def _advance(self) -> bool:
+        return self.engine.advance_to_decision(self._until())
+
+    def _apply(self, action: Any) -> None:
+        scores = check_box(action, (self.top_k,), "Priority")
+        set_scores(self.engine.policy, self._visible, scores, self.engine)
+        self.engine.step()
+
+
+def set_scores(policy: PriorityPolicy, visible: list[Request], scores: Any, engine: Any) -> None:
+    """Store the packing orders that ``scores`` (one per visible row) give."""
+    n = len(visible)
+    running = engine.running
+    if n == 0:
+        policy.running_order = policy.waiting_order = None
+        return
+    s = scores[:n].tolist()
+    nw = 0
+    while nw < n and visible[nw].status is not RequestStatus.RUNNING:
+        nw += 1
+    w_idx = sorted(range(nw), key=lambda i: -s[i])  # stable: ties keep row order
+    r_idx = sorted(range(nw, n), key=lambda i: -s[i])
+    policy.waiting_order = [visible[i] for i in w_idx]
+    nr = n - nw
+    policy.running_order = [visible[i] for i in r_idx] + running[nr:]

@@ -1,0 +1,59 @@
+"""Environment ids: ``llmsched/<Task>-<Scenario>-v0`` for the shipped scenarios.
+
+``<Scenario>`` is the scenario name in CamelCase without its version
+(``chat-azure-conv-v0`` -> ``ChatAzureConv``); the id's version is the environment's, and a
+change of dynamics, reward, spaces, defaults or the scenario's own version bumps it.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+TASKS = {
+    "Priority": "llmsched_gym.envs.priority_v0:PriorityEnv",
+    "BatchType": "llmsched_gym.envs.batch_type_v0:BatchTypeEnv",
+    "Select": "llmsched_gym.envs.select_v0:SelectEnv",
+    "Preempt": "llmsched_gym.envs.preempt_v0:PreemptEnv",
+    "Knob": "llmsched_gym.envs.knob_v0:KnobEnv",
+}
+"""Task name -> entry point."""
+
+SCENARIOS = (
+    "chat-azure-conv-v0",
+    "relquery-rotten-v0",
+    "priority-sharegpt-v0",
+    "priority-azure-conv-v0",
+    "infermax-offline-v0",
+)
+"""Shipped scenarios with registered environments."""
+
+
+def scenario_camel(name: str) -> str:
+    """``chat-azure-conv-v0`` -> ``ChatAzureConv``."""
+    base = name.rsplit("-v", 1)[0]
+    return "".join(part[:1].upper() + part[1:] for part in base.split("-"))
+
+
+def env_id(task: str, scenario: str) -> str:
+    """The registered id of ``task`` on ``scenario``."""
+    return f"llmsched/{task}-{scenario_camel(scenario)}-v0"
+
+
+def registered_ids() -> list[str]:
+    """Every id this package registers."""
+    return [env_id(t, s) for s in SCENARIOS for t in TASKS]
+
+
+def register_envs() -> None:
+    """Register every id (idempotent: ids already present are left alone)."""
+    for scenario in SCENARIOS:
+        for task, entry in TASKS.items():
+            eid = env_id(task, scenario)
+            if eid in gym.registry:
+                continue
+            gym.register(
+                id=eid,
+                entry_point=entry,
+                kwargs={"scenario": scenario},
+                disable_env_checker=False,
+            )
