@@ -208,6 +208,8 @@ class Cluster:
         self.entry = [x for x in self.instances if x.role in ("both", "prefill")]
         """Instances that take new requests."""
         self.decoders = [x for x in self.instances if x.role == "decode"]
+        self._causal = bool(self.decoders)
+        """Finishes create arrivals (PD hand-offs, job stages): bound stretches (see the loop)."""
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self.order: dict[str, int] = {}
@@ -247,6 +249,7 @@ class Cluster:
         for x in sorted(specs, key=lambda s: s.arrival_time):
             self._push(x.arrival_time, _ARRIVAL, x)
         if jobs:
+            self._causal = True
             for x in self.tracker.add(jobs):
                 self._push(x.arrival_time, _ARRIVAL, x)
 
@@ -304,13 +307,16 @@ class Cluster:
 
         return on_finish
 
-    def _next_engine(self) -> tuple[float, Instance | None]:
-        best_t, best = float("inf"), None
+    def _next_engine(self) -> tuple[float, Instance | None, float]:
+        """(earliest next event time, its instance, the next event time of all the others)."""
+        best_t, best, second = float("inf"), None, float("inf")
         for x in self.instances:
             t = x.engine.next_event_time()
             if t < best_t:
-                best_t, best = t, x
-        return best_t, best
+                best_t, best, second = t, x, best_t
+            elif t < second:
+                second = t
+        return best_t, best, second
 
     def next_decision(self) -> RoutingDecision | None:
         """Advance every engine until a request must be routed; None when the run is over.
@@ -322,7 +328,7 @@ class Cluster:
         heap = self._heap
         while True:
             t_arr = heap[0][0] if heap else float("inf")
-            s, inst = self._next_engine()
+            s, inst, s_other = self._next_engine()
             if heap and t_arr <= s:
                 event = heapq.heappop(heap)
                 if event[2] == _HANDOFF:
@@ -338,8 +344,16 @@ class Cluster:
             if inst is None:
                 return None
             engine = inst.engine
-            if not engine.advance(t_arr):  # pragma: no cover - s < t_arr guarantees a step
-                raise RuntimeError(f"instance {inst.name!r} did not advance at t={s}")
+            # A finish elsewhere can release a job stage or hand a PD request over: then no
+            # instance may run a step starting at or after another instance's next step start
+            # before that instance has run it (its finishes are not known yet). Without jobs or
+            # PD, arrivals are all known and only the next one bounds a stretch.
+            bound = min(t_arr, s_other) if self._causal else t_arr
+            if bound > s:
+                if not engine.advance(bound):  # pragma: no cover - s < bound guarantees a step
+                    raise RuntimeError(f"instance {inst.name!r} did not advance at t={s}")
+            else:  # tied with another instance: one step starting at s is safe
+                engine.step()
             inst.busy_s += engine.now - s
 
     def _decision(self) -> RoutingDecision:

@@ -156,6 +156,9 @@ class JobTracker:
         self.jobs: dict[str, Job] = {}
         self.states: dict[str, JobState] = {}
         self._open: dict[tuple[str, str], int] = {}  # (job, stage) -> unfinished requests
+        # (job, stage) -> latest finish of its requests so far (or its release time): with
+        # several engines, finishes may be reported out of time order.
+        self._end: dict[tuple[str, str], float] = {}
         self._waiting_on: dict[tuple[str, str], int] = {}  # (job, stage) -> unfinished deps
         self._request_stage: dict[str, tuple[str, str]] = {}
 
@@ -172,7 +175,7 @@ class JobTracker:
             self.states[job.job_id] = JobState(job)
             for stage in job.stages:
                 self._waiting_on[(job.job_id, stage.name)] = len(set(stage.after))
-            released.extend(self._release_ready(job, float(job.arrival_time)))
+            released.extend(self._release_ready(job))
         return released
 
     def job_of(self, spec: RequestSpec) -> JobState | None:
@@ -188,22 +191,25 @@ class JobTracker:
         state = self.states[key[0]]
         state.num_finished += 1
         self._open[key] -= 1
+        if now > self._end[key]:
+            self._end[key] = now
         if self._open[key]:
             return []
-        return self._stage_done(self.jobs[key[0]], key[1], now)
+        return self._stage_done(self.jobs[key[0]], key[1])
 
-    def _stage_done(self, job: Job, name: str, now: float) -> list[RequestSpec]:
+    def _stage_done(self, job: Job, name: str) -> list[RequestSpec]:
         state = self.states[job.job_id]
         state.stages_finished.append(name)
         if len(state.stages_finished) == len(job.stages):
-            state.finish_time = now
+            state.finish_time = max(self._end[(job.job_id, s.name)] for s in job.stages)
             return []
         for stage in job.stages:
             if name in stage.after:
                 self._waiting_on[(job.job_id, stage.name)] -= 1
-        return self._release_ready(job, now)
+        return self._release_ready(job)
 
-    def _release_ready(self, job: Job, now: float) -> list[RequestSpec]:
+    def _release_ready(self, job: Job) -> list[RequestSpec]:
+        """Release every stage whose predecessors all finished, at the latest of their ends."""
         state = self.states[job.job_id]
         released: list[RequestSpec] = []
         empty: list[str] = []
@@ -211,6 +217,11 @@ class JobTracker:
             key = (job.job_id, stage.name)
             if self._waiting_on[key] != 0 or stage.name in state.stages_released:
                 continue
+            now = max(
+                (self._end[(job.job_id, dep)] for dep in stage.after),
+                default=float(job.arrival_time),
+            )
+            self._end[key] = now
             state.stages_released.append(stage.name)
             specs = tuple(stage.build(now)) if stage.build is not None else stage.requests
             if stage.build is not None:
@@ -239,5 +250,5 @@ class JobTracker:
             if not specs:
                 empty.append(stage.name)
         for name in empty:  # a stage with nothing to run finishes at its release
-            released.extend(self._stage_done(job, name, now))
+            released.extend(self._stage_done(job, name))
         return released
