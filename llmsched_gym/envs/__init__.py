@@ -3,8 +3,10 @@
 Tasks (``llmsched/<Task>-<Scenario>-v0``): ``Priority`` (scores over the top-K requests),
 ``BatchType`` (prefill-only vs decode-only step), ``Select`` (build the batch request by
 request, masked), ``Preempt`` (victim on KV shortage, masked), ``Knob`` (token budget and
-sequence cap per window). ``PolicyAgent`` lets any built-in policy act in an environment;
-``AgentPolicy`` turns a trained agent into a ``SchedulingPolicy``. See README.md here.
+sequence cap per window) on one engine; ``Route`` (instance per arriving request, masked) on a
+cluster scenario. ``PolicyAgent`` lets any built-in policy act in an environment and
+``RouterAgent`` any router in Route; ``AgentPolicy`` turns a trained agent into a
+``SchedulingPolicy`` and ``AgentRouter`` a trained Route agent into a router. See README.md here.
 """
 
 import importlib
@@ -14,7 +16,9 @@ from llmsched_gym.envs.registration import env_id, register_envs, registered_ids
 
 _LAZY = {
     "AgentPolicy": "adapters",
+    "AgentRouter": "adapters",
     "PolicyAgent": "adapters",
+    "RouterAgent": "adapters",
     "rollout": "adapters",
     "InvalidActionError": "base",
     "LLMSchedEnv": "base",
@@ -22,6 +26,7 @@ _LAZY = {
     "KnobEnv": "knob_v0",
     "PreemptEnv": "preempt_v0",
     "PriorityEnv": "priority_v0",
+    "RouteEnv": "route_v0",
     "SelectEnv": "select_v0",
 }
 

@@ -12,6 +12,12 @@
   object with SB3's ``predict``) as a ``SchedulingPolicy`` for ``simulate``, ``compare`` and
   leaderboards. It builds the same observations from the engine it runs in and applies actions
   through the same code as the environment.
+* ``RouterAgent(router)``: a cluster router (a name such as ``"least-load:backlog"`` or any
+  object with ``route``) acting in ``RouteEnv``; exact (same records as ``simulate_cluster``
+  with that router) for every router, seeded ones included.
+* ``AgentRouter(agent)``: a trained Route agent as a cluster ``Router`` for
+  ``simulate_cluster`` (``scenario.simulate(router=AgentRouter(agent))``), with the same
+  observations as ``RouteEnv``.
 
 >>> import gymnasium as gym
 >>> from llmsched_gym.envs import PolicyAgent, rollout
@@ -39,7 +45,7 @@ from llmsched_gym.envs.priority_v0 import PriorityEnv, set_scores
 from llmsched_gym.envs.select_v0 import BLOCKED, PREEMPTED_SELF, BatchBuilder, SelectEnv
 from llmsched_gym.errors import ConfigError
 
-__all__ = ["AgentPolicy", "PolicyAgent", "rollout"]
+__all__ = ["AgentPolicy", "AgentRouter", "PolicyAgent", "RouterAgent", "rollout"]
 
 
 class PolicyAgent:
@@ -91,20 +97,21 @@ class PolicyAgent:
 
 def rollout(
     env: Any,
-    agent: PolicyAgent | Callable[[Any], Any],
+    agent: PolicyAgent | RouterAgent | Callable[[Any], Any],
     seed: int | None = None,
     max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Run one episode; returns ``{"return", "steps", "info", "terminated", "truncated"}``.
 
-    ``agent`` is a ``PolicyAgent`` or a callable observation -> action (an object with SB3's
-    ``predict`` is called with ``deterministic=True`` and, where the env has them, action masks).
+    ``agent`` is a ``PolicyAgent``, a ``RouterAgent`` or a callable observation -> action (an
+    object with SB3's ``predict`` is called with ``deterministic=True`` and, where the env has
+    them, action masks).
     """
     obs, info = env.reset(seed=seed)
     total, steps = 0.0, 0
     terminated = truncated = False
     while not (terminated or truncated):
-        if isinstance(agent, PolicyAgent):
+        if isinstance(agent, (PolicyAgent, RouterAgent)):
             action = agent.act(env)
         else:
             masks_fn = getattr(env.unwrapped, "action_masks", None)
@@ -243,3 +250,109 @@ class AgentPolicy(SchedulingPolicy):
             shell.requester = None
         else:
             raise ConfigError(f"AgentPolicy does not know {self.env_class.__name__}")
+
+
+class RouterAgent:
+    """A cluster router acting in ``RouteEnv`` (``act(env)``).
+
+    Args:
+        router: A router name (``llmsched_gym.cluster.make_router``) or any object with
+            ``route(request, job, instances, now)`` (and optionally ``reset``).
+
+    The router is reset with every instance's view and the cluster's seed at the first decision
+    of each episode, as ``Cluster`` resets it, and sees the candidates' views of the decision, so
+    an episode reproduces ``simulate_cluster`` with that router.
+    """
+
+    def __init__(self, router: Any) -> None:
+        from llmsched_gym.cluster.routers import make_router
+
+        if isinstance(router, str):
+            router = make_router(router)
+        if not callable(getattr(router, "route", None)):
+            raise ConfigError(f"RouterAgent needs a router with route(), got {router!r}")
+        self.router = router
+        self._cluster: Any = None
+
+    def act(self, env: Any) -> int:
+        """The instance ``router`` picks for ``env``'s pending request."""
+        from llmsched_gym.envs.route_v0 import RouteEnv
+
+        base = env.unwrapped
+        if not isinstance(base, RouteEnv):
+            raise ConfigError(f"RouterAgent acts in RouteEnv, got {type(base).__name__}")
+        cluster = base.cluster
+        if cluster is not self._cluster:
+            self._cluster = cluster
+            reset = getattr(self.router, "reset", None)
+            if callable(reset):
+                reset([x.view() for x in cluster.instances], cluster.seed)
+        d = base.decision
+        if d is None:
+            return 0  # the episode's last step: the action is ignored
+        views = base.views
+        return int(self.router.route(d.request, d.job, [views[i] for i in base._candidates], d.now))
+
+
+class AgentRouter:
+    """A trained Route agent as a cluster router (``route``), for ``simulate_cluster``.
+
+    Args:
+        agent: A callable observation -> action, or an object with SB3's ``predict`` (called
+            with ``action_masks`` when it takes them).
+        oracle: As the environment's (must match training).
+        name: The router's name in records (default ``agent:Route``).
+
+    It builds ``RouteEnv``'s observation from the views the cluster passes (every instance's
+    engine, read-only) and raises ``InvalidActionError`` when the agent picks an instance that
+    is not a candidate. The agent must have been trained on a cluster with as many instances.
+    """
+
+    oracle = False
+
+    def __init__(self, agent: Any, *, oracle: bool = False, name: str | None = None) -> None:
+        if not callable(agent) and not hasattr(agent, "predict"):
+            raise ConfigError("agent must be callable (observation -> action) or have predict()")
+        self.agent = agent
+        self.oracle = bool(oracle)
+        self.name = name or "agent:Route"
+        self._all: list[Any] = []
+        self._observer: Any = None
+
+    def reset(self, instances: Any, seed: int) -> None:
+        """Bind to the cluster's instances (views of all of them, in index order)."""
+        from llmsched_gym.envs.route_v0 import RouteObserver
+
+        self._all = sorted(instances, key=lambda v: v.index)
+        self._observer = RouteObserver(
+            [_engine_of(v) for v in self._all], [v.role for v in self._all], oracle=self.oracle
+        )
+
+    def route(self, request: Any, job: Any, instances: Any, now: float) -> int:
+        """Ask the agent for the instance of ``request``."""
+        from llmsched_gym.cluster.routers import InstanceView
+
+        if self._observer is None:
+            raise ConfigError("AgentRouter.route before reset(): run it inside a Cluster")
+        views: list[Any] = [None] * len(self._all)
+        for v in instances:
+            views[v.index] = v
+        for i, v in enumerate(views):
+            if v is None:
+                a = self._all[i]
+                views[i] = InstanceView(a.index, a.name, a.gpu, a.model, a.role, _engine_of(a))
+        candidates = [v.index for v in instances]
+        obs = self._observer.observe(request, job, views, candidates, now)
+        mask = obs["mask"].astype(bool)
+        a = check_discrete(_call_agent(self.agent, obs, mask), len(views), "Route")
+        if not mask[a]:
+            raise InvalidActionError(
+                f"Route: the agent chose instance {a} for request {request.request_id!r}; the "
+                f"candidates are {candidates}"
+            )
+        return a
+
+
+def _engine_of(view: Any) -> Any:
+    """The engine behind an ``InstanceView`` (the view exposes no public accessor for it)."""
+    return view._engine

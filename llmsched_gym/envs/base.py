@@ -122,6 +122,8 @@ class LLMSchedEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
     task = "Base"
+    cluster_task = False
+    """Whether the task runs on a scenario's cluster (Route) instead of one engine."""
 
     def __init__(
         self,
@@ -145,10 +147,15 @@ class LLMSchedEnv(gym.Env):
             sc = scenario.with_overrides(scenario_overrides) if scenario_overrides else scenario
         else:
             sc = load_scenario(scenario, dict(scenario_overrides or {}))
-        if sc.cluster is not None:
+        if self.cluster_task and sc.cluster is None:
             raise ConfigError(
-                f"scenario {sc.name!r} describes a cluster; these environments drive one engine "
-                "(a Route environment over clusters is not available yet)"
+                f"scenario {sc.name!r} has no cluster section; the {self.task} environment "
+                "routes requests between a cluster's instances (e.g. chat-azure-conv-4x-v0)"
+            )
+        if not self.cluster_task and sc.cluster is not None:
+            raise ConfigError(
+                f"scenario {sc.name!r} describes a cluster; the {self.task} environment drives "
+                "one engine (use llmsched/Route-* to route between a cluster's instances)"
             )
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
@@ -179,7 +186,7 @@ class LLMSchedEnv(gym.Env):
             )
         self.scenario = sc
         self.cost_model = load_cost_model(sc.cost_model)
-        self.config = sc.engine_config(self.cost_model)
+        self.config = None if self.cluster_task else sc.engine_config(self.cost_model)
         self.top_k = top_k
         self.reward_kind = reward
         self.reward_scale = float(reward_scale)
@@ -191,7 +198,7 @@ class LLMSchedEnv(gym.Env):
         self.strict_masks = bool(strict_masks)
         self._action_replaced = False
         self.render_mode = render_mode
-        self.observation_space = observation_space(top_k, self.oracle)
+        self.observation_space = self._make_observation_space()
         self.action_space = self._make_action_space()
         self.engine: Engine | None = None
         self.ledger: RewardLedger | None = None
@@ -204,6 +211,9 @@ class LLMSchedEnv(gym.Env):
         self._episode_return = 0.0
 
     # -- hooks ---------------------------------------------------------------------------------
+    def _make_observation_space(self) -> gym.Space:
+        return observation_space(self.top_k, self.oracle)
+
     def _make_action_space(self) -> gym.Space:
         raise NotImplementedError
 

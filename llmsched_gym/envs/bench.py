@@ -1,12 +1,14 @@
 """Environment throughput: env steps per wall second for each task (not a test).
 
-    python -m llmsched_gym.envs.bench [--scenario chat-azure-conv-v0] [--limit 2000]
+    python -m llmsched_gym.envs.bench [--scenario chat-azure-conv-v0]
+        [--route-scenario chat-azure-conv-4x-v0] [--limit 2000] [--task Priority ...]
 
 Each task runs one episode with a heuristic agent (``PolicyAgent(vllm-v1)``, which makes every
-episode equal to ``simulate``) and one with random valid actions, after a warm-up reset (the
-workload is cached). For scale it also times the bare engine on the same workload
-(``simulate``, decision steps per second): the environment cannot be faster than the engine
-underneath it.
+episode equal to ``simulate``; Route: ``RouterAgent`` with the scenario's router, equal to
+``simulate_cluster``) and one with random valid actions, after a warm-up reset (the workload is
+cached). For scale it also times the bare engine on the same workload (``simulate``, decision
+steps per second) and, for Route, the bare cluster (``simulate_cluster``, routing decisions per
+second): an environment cannot be faster than the simulator underneath it.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_gym.envs.adapters import PolicyAgent
-from llmsched_gym.envs.registration import TASKS
+from llmsched_gym.envs.adapters import PolicyAgent, RouterAgent
+from llmsched_gym.envs.registration import CLUSTER_TASKS, TASKS
 from llmsched_gym.policies.registry import make_policy
 from llmsched_gym.scenarios.spec import load_scenario
 
 
 def _episode(env: Any, agent: str, seed: int) -> tuple[int, float]:
     obs, _ = env.reset(seed=seed)
-    heuristic = PolicyAgent(make_policy("vllm-v1"))
+    if getattr(env, "cluster_task", False):
+        heuristic: Any = RouterAgent(env.scenario.cluster["router"])
+    else:
+        heuristic = PolicyAgent(make_policy("vllm-v1"))
     rng = np.random.default_rng(seed)
     env.action_space.seed(seed)
     masks = getattr(env, "action_masks", None)
@@ -46,27 +51,39 @@ def _episode(env: Any, agent: str, seed: int) -> tuple[int, float]:
 
 
 def bench(
-    scenario: str = "chat-azure-conv-v0", limit: int = 2000, tasks: list[str] | None = None
+    scenario: str = "chat-azure-conv-v0",
+    limit: int = 2000,
+    tasks: list[str] | None = None,
+    route_scenario: str = "chat-azure-conv-4x-v0",
 ) -> list[dict[str, Any]]:
     """Steps per second of each task's environment; one row per (task, agent)."""
     import importlib
 
     overrides = {"workload.limit": limit}
+    chosen = tasks or [*TASKS, *CLUSTER_TASKS]
     rows = []
-    sc = load_scenario(scenario, overrides)
-    sim = sc.simulate(seed=0)
-    rows.append(
-        {
-            "task": "engine (simulate, vllm-v1)",
-            "agent": "-",
-            "steps": sim.num_steps - sim.num_fast_forward_steps,
-            "steps_per_s": (sim.num_steps - sim.num_fast_forward_steps) / sim.wall_s,
-        }
-    )
-    for task in tasks or list(TASKS):
-        module, cls = TASKS[task].split(":")
+    if any(t in TASKS for t in chosen):
+        sim = load_scenario(scenario, overrides).simulate(seed=0)
+        n = sim.num_steps - sim.num_fast_forward_steps
+        rows.append(
+            {"task": "engine (simulate, vllm-v1)", "agent": "-", "steps": n,
+             "steps_per_s": n / sim.wall_s}
+        )  # fmt: skip
+    if any(t in CLUSTER_TASKS for t in chosen):
+        sc = load_scenario(route_scenario, overrides)
+        sim = sc.simulate(seed=0)
+        n = len(sim.request_table["request_id"])
+        rows.append(
+            {"task": f"cluster ({sc.cluster['router']})", "agent": "-", "steps": n,
+             "steps_per_s": n / sim.wall_s}
+        )  # fmt: skip
+    for task in chosen:
+        entry = TASKS.get(task) or CLUSTER_TASKS[task]
+        module, cls = entry.split(":")
         env_class = getattr(importlib.import_module(module), cls)
-        env = env_class(scenario, scenario_overrides=overrides)
+        env = env_class(
+            route_scenario if task in CLUSTER_TASKS else scenario, scenario_overrides=overrides
+        )
         env.reset(seed=0)  # warm the workload cache
         for agent in ("heuristic", "random"):
             steps, wall = _episode(env, agent, 0)
@@ -78,11 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     """Print the table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenario", default="chat-azure-conv-v0")
+    p.add_argument("--route-scenario", default="chat-azure-conv-4x-v0", help="Route's cluster")
     p.add_argument("--limit", type=int, default=2000, help="first N requests of the trace")
-    p.add_argument("--task", action="append", choices=list(TASKS), help="(repeatable)")
+    p.add_argument("--task", action="append", choices=[*TASKS, *CLUSTER_TASKS], help="(repeatable)")
     args = p.parse_args(argv)
     print(f"{'task':28s} {'agent':10s} {'env steps':>10s} {'steps/s':>10s}")
-    for row in bench(args.scenario, args.limit, args.task):
+    for row in bench(args.scenario, args.limit, args.task, args.route_scenario):
         print(f"{row['task']:28s} {row['agent']:10s} {row['steps']:10d} {row['steps_per_s']:10.0f}")
 
 

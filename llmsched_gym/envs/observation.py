@@ -124,6 +124,13 @@ class Observer:
         self._m = float(cfg.max_num_batched_tokens)
         self._seqs = float(cfg.max_num_seqs)
         self._usable = float(max(1, cfg.num_gpu_blocks - 1))
+        f = self.num_features
+        # Per visible-row count: the mask, and the zeros that pad the table to top_k rows.
+        self._masks = [
+            np.concatenate([np.ones(n, np.int8), np.zeros(top_k - n, np.int8)])
+            for n in range(top_k + 1)
+        ]
+        self._padding = [[0.0] * ((top_k - n) * f) for n in range(top_k + 1)]
 
     def global_features(self, token_budget: int | None = None) -> Any:
         """The ``global`` vector (see the module table)."""
@@ -138,76 +145,101 @@ class Observer:
         for r in running:
             r_tokens += r.num_tokens - r.num_computed_tokens
         kv = eng.kv
-        hit_rate = kv.hits / kv.queries if kv.queries else 0.0
+        queries = kv.queries
+        hit_rate = kv.hits / queries if queries else 0.0
         m = self._m
         budget = m if token_budget is None else token_budget
+        seqs = self._seqs
         values = [
-            now / (now + 600.0),
+            now / (now + 600.0) if now > 0 else 0.0,
             nw / (nw + 64.0),
-            min(1.0, nr / self._seqs),
+            min(1.0, nr / seqs),
             1.0 - kv.pool.num_free / self._usable,
             min(1.0, hit_rate),
             w_tokens / (w_tokens + m),
             r_tokens / (r_tokens + m),
             min(1.0, max(0.0, budget / m)),
-            max(0.0, (self._seqs - nr) / self._seqs),
+            max(0.0, (seqs - nr) / seqs),
             nf / (nf + nw + nr) if nf + nw + nr else 0.0,
         ]
-        return np.clip(np.array(values, dtype=np.float32), 0.0, 1.0)
+        out = np.array(values, dtype=np.float32)
+        np.clip(out, 0.0, 1.0, out=out)
+        return out
 
     def table(self, reqs: Sequence[Request]) -> tuple[np.ndarray, np.ndarray]:
         """The ``requests`` table and ``mask`` for the visible requests (at most ``top_k``)."""
+        k = self.top_k
+        n = min(len(reqs), k)
+        mask = self._masks[n].copy()
+        if n == 0:
+            return np.zeros((k, self.num_features), dtype=np.float32), mask
         eng = self.engine
         now = eng.now
-        f = self.num_features
-        k = self.top_k
-        out = np.zeros((k, f), dtype=np.float32)
-        mask = np.zeros(k, dtype=np.int8)
-        n = min(len(reqs), k)
-        if n == 0:
-            return out, mask
         jobs = eng.jobs
+        states = jobs.states if jobs is not None else None
         ctx = eng.ctx
+        lookup = ctx.lookup if self.lookup_prefix else None
+        oracle = self.oracle
+        running_status = RequestStatus.RUNNING
         rows: list[float] = []
+        append = rows.append
+        extend = rows.extend
         for req in reqs[:n]:
             spec = req.spec
             prompt = req.num_prompt_tokens
-            running = req.status is RequestStatus.RUNNING
-            if running or not self.lookup_prefix:
-                cached = max(0, req.num_cached_tokens)
+            running = req.status is running_status
+            if running or lookup is None:
+                cached = req.num_cached_tokens
+                if cached < 0:
+                    cached = 0
             else:
-                cached = ctx.lookup(req)[1]
+                cached = lookup(req)[1]
             age = now - req.arrival_time
             gen = req.num_output_tokens
-            slack = _slack(req, spec, now)
+            # Seconds to the next SLO bound (see _slack), inlined.
+            if req.first_token_time is None:
+                bound = None if spec.slo_ttft_s is None else req.arrival_time + spec.slo_ttft_s
+            elif spec.slo_tpot_s is not None:
+                bound = req.first_token_time + spec.slo_tpot_s * gen
+            else:
+                bound = None
+            deadline = spec.deadline_s
+            if deadline is not None:
+                bound = deadline if bound is None else min(bound, deadline)
+            slack = 1e9 if bound is None else bound - now
             job_progress = 0.0
-            if jobs is not None and spec.job_id is not None:
-                state = jobs.states.get(spec.job_id)
+            if states is not None and spec.job_id is not None:
+                state = states.get(spec.job_id)
                 if state is not None and state.num_released:
                     job_progress = state.num_finished / state.num_released
-            left = req.num_tokens - req.num_computed_tokens
+            computed = req.num_computed_tokens
+            total = req.num_tokens
+            left = total - computed
             p = req.priority
             pre = req.num_preemptions
             mt = req.max_tokens
-            rows += (
-                age / (age + 10.0) if age > 0 else 0.0,
-                prompt / (prompt + 1024.0),
-                req.num_computed_tokens / req.num_tokens,
-                min(1.0, cached / prompt),
-                gen / (gen + 256.0),
-                mt / (mt + 1024.0),
-                p / (abs(p) + 1.0),
-                slack / (abs(slack) + 1.0),
-                job_progress,
-                1.0 if running else 0.0,
-                left / (left + 512.0),
-                pre / (pre + 1.0),
+            extend(
+                (
+                    age / (age + 10.0) if age > 0 else 0.0,
+                    prompt / (prompt + 1024.0),
+                    computed / total,
+                    min(1.0, cached / prompt),
+                    gen / (gen + 256.0),
+                    mt / (mt + 1024.0),
+                    p / (abs(p) + 1.0),
+                    slack / (abs(slack) + 1.0),
+                    job_progress,
+                    1.0 if running else 0.0,
+                    left / (left + 512.0),
+                    pre / (pre + 1.0),
+                )
             )
-            if self.oracle:
+            if oracle:
                 true_left = max(0, ctx.true_output_len(req) - gen)
-                rows.append(true_left / (true_left + 256.0))
-        out[:n] = np.array(rows, dtype=np.float32).reshape(n, f)
-        mask[:n] = 1
+                append(true_left / (true_left + 256.0))
+        if n < k:
+            extend(self._padding[n])
+        out = np.array(rows, dtype=np.float32).reshape(k, self.num_features)
         np.clip(out, -1.0, 1.0, out=out)
         return out, mask
 

@@ -25,7 +25,17 @@ SCENARIOS = (
     "priority-azure-conv-v0",
     "infermax-offline-v0",
 )
-"""Shipped scenarios with registered environments."""
+"""Shipped single-engine scenarios with registered environments (every task but Route)."""
+
+CLUSTER_TASKS = {"Route": "llmsched_gym.envs.route_v0:RouteEnv"}
+"""Task name -> entry point, for tasks over a scenario's cluster."""
+
+CLUSTER_SCENARIOS = (
+    "text2sql-hetero1-v0",
+    "text2sql-hetero2-v0",
+    "chat-azure-conv-4x-v0",
+)
+"""Shipped cluster scenarios with registered environments."""
 
 
 def scenario_camel(name: str) -> str:
@@ -39,21 +49,27 @@ def env_id(task: str, scenario: str) -> str:
     return f"llmsched/{task}-{scenario_camel(scenario)}-v0"
 
 
+def _pairs() -> list[tuple[str, str, str]]:
+    """(task, scenario, entry point) of every registered id."""
+    out = [(t, s, e) for s in SCENARIOS for t, e in TASKS.items()]
+    out += [(t, s, e) for s in CLUSTER_SCENARIOS for t, e in CLUSTER_TASKS.items()]
+    return out
+
+
 def registered_ids() -> list[str]:
     """Every id this package registers."""
-    return [env_id(t, s) for s in SCENARIOS for t in TASKS]
+    return [env_id(t, s) for t, s, _ in _pairs()]
 
 
 def register_envs() -> None:
     """Register every id (idempotent: ids already present are left alone)."""
-    for scenario in SCENARIOS:
-        for task, entry in TASKS.items():
-            eid = env_id(task, scenario)
-            if eid in gym.registry:
-                continue
-            gym.register(
-                id=eid,
-                entry_point=entry,
-                kwargs={"scenario": scenario},
-                disable_env_checker=False,
-            )
+    for task, scenario, entry in _pairs():
+        eid = env_id(task, scenario)
+        if eid in gym.registry:
+            continue
+        gym.register(
+            id=eid,
+            entry_point=entry,
+            kwargs={"scenario": scenario},
+            disable_env_checker=False,
+        )

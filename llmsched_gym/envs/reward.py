@@ -22,8 +22,9 @@ numerator of the ``goodput`` metric).
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -38,7 +39,7 @@ REWARD_KINDS = ("latency", "slo", "goodput")
 class RewardLedger:
     """Tracks latency area and SLO counts of one episode's units; listens to the engine."""
 
-    def __init__(self, items: Sequence[Any], engine: Engine) -> None:
+    def __init__(self, items: Sequence[Any], engine: Engine | None) -> None:
         self.engine = engine
         self.has_jobs = any(isinstance(x, Job) for x in items)
         units = sorted(
@@ -64,51 +65,78 @@ class RewardLedger:
         self._last_area = 0.0
         self._last_slo = 0
         self._last_good = 0
-        engine.finish_listeners.append(self._on_finish)
+        if engine is not None:
+            engine.finish_listeners.append(self._on_finish)
 
     # -- engine callback ---------------------------------------------------------------------
     def _on_finish(self, finished: list[Request], end: float) -> None:
-        units = self._request_units
         for req in finished:
-            arrival = units.get(req.request_id)
-            if arrival is None:
-                if req.spec.job_id is not None:
-                    self._touched_jobs.append(req.spec.job_id)
-                continue
-            self._close(arrival, end)
-            spec = req.spec
-            has_slo = (
-                spec.slo_ttft_s is not None
-                or spec.slo_tpot_s is not None
-                or spec.deadline_s is not None
-            )
-            met = _request_met(req, spec, end)
-            if has_slo and met:
+            self._finish(req, end)
+
+    def _finish(self, req: Request, end: float) -> None:
+        """Close the unit of ``req`` finishing at ``end`` (or note its job)."""
+        arrival = self._request_units.get(req.request_id)
+        if arrival is None:
+            if req.spec.job_id is not None:
+                self._touched_jobs.append(req.spec.job_id)
+            return
+        self._close(arrival, end)
+        spec = req.spec
+        has_slo = (
+            spec.slo_ttft_s is not None
+            or spec.slo_tpot_s is not None
+            or spec.deadline_s is not None
+        )
+        if has_slo:
+            first, arr, n_out = self._first_token(req)
+            met = _request_met(first, arr, n_out, spec, end)
+            if met:
                 self.num_slo_met += 1
-            if met or not has_slo:
                 self.num_good += 1
+        else:
+            self.num_good += 1
+
+    def _first_token(self, req: Request) -> tuple[float, float, int]:
+        """(first token time, arrival time, output tokens) of the whole request."""
+        return req.first_token_time, req.arrival_time, req.num_output_tokens
+
+    def _job_finish(self, job_id: str, state: Any) -> float:
+        """Finish time of a job the tracker reports finished."""
+        return state.finish_time
+
+    def _job_states(self) -> Mapping[str, Any]:
+        jobs = self.engine.jobs
+        return jobs.states if jobs is not None else {}
 
     def _close(self, arrival: float, finish: float) -> None:
         self.closed_latency += finish - arrival
         self.closed_arrival += arrival
         self.num_closed += 1
 
-    def _settle_jobs(self) -> None:
-        """Close jobs whose last request finished (the tracker updates after the listeners)."""
+    def _settle_jobs(self, t: float) -> None:
+        """Close jobs whose last request finished by ``t``.
+
+        The tracker updates after the listeners, so jobs are settled when the ledger is read.
+        A job touched by a request finishing before its last one is dropped here and touched
+        again by the last one.
+        """
         if not self._touched_jobs:
             return
-        states = self.engine.jobs.states if self.engine.jobs is not None else {}
+        states = self._job_states()
         for job_id in self._touched_jobs:
             state = states.get(job_id)
             if state is None or state.finish_time is None or job_id in self._closed_jobs:
+                continue
+            finish = self._job_finish(job_id, state)
+            if finish > t:
                 continue
             job = self._jobs.get(job_id)
             if job is None:
                 continue
             self._closed_jobs.add(job_id)
             arrival = float(job.arrival_time)
-            latency = state.finish_time - arrival
-            self._close(arrival, state.finish_time)
+            latency = finish - arrival
+            self._close(arrival, finish)
             if job.slo_e2e_s is not None and latency <= job.slo_e2e_s:
                 self.num_slo_met += 1
             if job.slo_e2e_s is None or latency <= job.slo_e2e_s:
@@ -121,14 +149,14 @@ class RewardLedger:
 
         Valid when every finish at or before ``t`` has been seen and none after it.
         """
-        self._settle_jobs()
+        self._settle_jobs(t)
         n = bisect.bisect_right(self._arrivals, t)
         num_open = n - self.num_closed
         return self.closed_latency + (num_open * t - (self._prefix[n] - self.closed_arrival))
 
     def num_unfinished(self, t: float) -> int:
         """Arrived, unfinished units at ``t``."""
-        self._settle_jobs()
+        self._settle_jobs(t)
         return bisect.bisect_right(self._arrivals, t) - self.num_closed
 
     def collect(self, t: float, scale: float) -> dict[str, float]:
@@ -146,14 +174,82 @@ class RewardLedger:
         }
 
 
-def _request_met(req: Request, spec: Any, finish: float) -> bool:
+def _request_met(first: float, arrival: float, n_out: int, spec: Any, finish: float) -> bool:
     """The records' ``slo_met`` for a request finishing at ``finish`` (same float operations)."""
-    if spec.slo_ttft_s is not None and not (req.first_token_time - req.arrival_time) < (
-        spec.slo_ttft_s
-    ):
+    if spec.slo_ttft_s is not None and not (first - arrival) < spec.slo_ttft_s:
         return False
-    if spec.slo_tpot_s is not None and req.num_output_tokens > 1:
-        tpot = (finish - req.first_token_time) / (req.num_output_tokens - 1)
+    if spec.slo_tpot_s is not None and n_out > 1:
+        tpot = (finish - first) / (n_out - 1)
         if not (math.isnan(tpot) or tpot < spec.slo_tpot_s):
             return False
     return not (spec.deadline_s is not None and not finish <= spec.deadline_s)
+
+
+class ClusterLedger(RewardLedger):
+    """The ledger of a cluster run: listens to every instance, counts each request once.
+
+    A request counts where it finishes for good (``Cluster.final``): a PD prefill copy that hands
+    off does not, its decode continuation does, with TTFT and output tokens of the whole request
+    (as the records merge them). Instances run ahead of the routing clock (a busy instance has
+    finished the step it was running when the request arrived), so finishes are kept in a heap
+    and enter ``L(t)`` only once ``t`` reaches them: ``L(t)`` is exact at every decision.
+    """
+
+    def __init__(self, items: Sequence[Any], cluster: Any) -> None:
+        super().__init__(items, None)
+        self.cluster = cluster
+        self._future: list[tuple[float, int, Request]] = []
+        self._num_future = 0
+        self._job_last: dict[str, float] = {}
+        for inst in cluster.instances:
+            inst.engine.finish_listeners.append(self._listener(inst.index))
+
+    def _listener(self, index: int) -> Any:
+        final = self.cluster.final
+        future = self._future
+        push = heapq.heappush
+
+        job_last = self._job_last
+
+        def on_finish(finished: list[Request], end: float) -> None:
+            for req in finished:
+                if final.get(req.request_id) == index:
+                    push(future, (end, self._num_future, req))
+                    self._num_future += 1
+                    job_id = req.spec.job_id
+                    if job_id is not None and end > job_last.get(job_id, -math.inf):
+                        job_last[job_id] = end
+
+        return on_finish
+
+    def _flush(self, t: float) -> None:
+        future = self._future
+        while future and future[0][0] <= t:
+            end, _, req = heapq.heappop(future)
+            self._finish(req, end)
+
+    def _first_token(self, req: Request) -> tuple[float, float, int]:
+        handoff = self.cluster.handoffs.get(req.request_id)
+        if handoff is None:
+            return req.first_token_time, req.arrival_time, req.num_output_tokens
+        p = handoff[0]
+        return p.first_token_time, p.arrival_time, p.num_output_tokens + req.num_output_tokens
+
+    def _job_states(self) -> Mapping[str, Any]:
+        return self.cluster.tracker.states
+
+    def _job_finish(self, job_id: str, state: Any) -> float:
+        # The latest finish of the job's requests (as the records), not the tracker's
+        # ``finish_time``: instances report finishes out of time order, and the tracker stamps
+        # the job with the time of the report that completed it.
+        return self._job_last[job_id]
+
+    def area(self, t: float) -> float:
+        """``L(t)`` over finishes up to ``t`` (later ones wait in the heap)."""
+        self._flush(t)
+        return super().area(t)
+
+    def num_unfinished(self, t: float) -> int:
+        """Arrived, unfinished units at ``t``."""
+        self._flush(t)
+        return super().num_unfinished(t)

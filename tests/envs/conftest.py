@@ -8,5 +8,8 @@ SMALL = {
     "priority-sharegpt-v0": {"workload.num_requests": 40},
     "priority-azure-conv-v0": {"workload.limit": 40},
     "infermax-offline-v0": {"workload.num_requests": 24},
+    "text2sql-hetero1-v0": {"workload.num_queries": 2},
+    "text2sql-hetero2-v0": {"workload.num_queries": 2},
+    "chat-azure-conv-4x-v0": {"workload.limit": 40},
 }
 """scenario_overrides that keep an episode to a fraction of a second."""

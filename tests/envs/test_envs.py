@@ -8,7 +8,14 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import llmsched_gym.envs as E
-from llmsched_gym.envs.registration import SCENARIOS, TASKS, env_id, registered_ids
+from llmsched_gym.envs.registration import (
+    CLUSTER_SCENARIOS,
+    CLUSTER_TASKS,
+    SCENARIOS,
+    TASKS,
+    env_id,
+    registered_ids,
+)
 from tests.envs.conftest import SMALL
 
 
@@ -20,13 +27,16 @@ def test_ids_registered() -> None:
     ids = registered_ids()
     assert "llmsched/Priority-ChatAzureConv-v0" in ids
     assert "llmsched/Knob-InfermaxOffline-v0" in ids
-    assert len(ids) == len(TASKS) * len(SCENARIOS)
+    assert "llmsched/Route-ChatAzureConv4x-v0" in ids
+    assert "llmsched/Route-Text2sqlHetero1-v0" in ids
+    assert len(ids) == len(TASKS) * len(SCENARIOS) + len(CLUSTER_TASKS) * len(CLUSTER_SCENARIOS)
     assert all(i in gym.registry for i in ids)
 
 
 @pytest.mark.parametrize("eid", registered_ids())
 def test_check_env(eid: str) -> None:
-    scenario = next(s for s in SCENARIOS if env_id(eid.split("/")[1].split("-")[0], s) == eid)
+    task = eid.split("/")[1].split("-")[0]
+    scenario = next(s for s in (*SCENARIOS, *CLUSTER_SCENARIOS) if env_id(task, s) == eid)
     env = gym.make(eid, scenario_overrides=SMALL[scenario])
     check_env(env.unwrapped, skip_render_check=True)
 
