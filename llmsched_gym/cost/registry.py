@@ -6,6 +6,8 @@ Accepted specs (the ``--cost-model`` flag of ``llmsched-gym simulate``):
 * ``roofline:<model>@<gpu>[/tp<N>]``: the analytic roofline (``roofline:llama-2-70b@a100-80gb/tp2``;
   TP defaults to 1; model and GPU accept aliases such as ``a100`` or an HF repo id);
 * a shipped fitted profile by name (``vidur:llama-2-70b@a100-80gb/tp2``; see :func:`list_profiles`);
+* ``infermax:<model>`` (``infermax:llama-2-7b``, ``infermax:llama-3-70b``): InferMax's §3.2 cost
+  model with the authors' coefficients (``llmsched_gym.cost.infermax``);
 * a path to a profile YAML file (``kind: linear`` with the six coefficients; see
   ``llmsched_gym/cost/profiles/vidur-*.yaml`` for the format).
 
@@ -299,6 +301,10 @@ def load_cost_model(spec: str) -> CostModel:
                 f"cost model {spec!r}: constant needs a number of seconds, e.g. constant:0.02"
             ) from None
         return ConstantCostModel(seconds)
+    if spec.startswith("infermax:"):  # InferMax §3.2 model, authors' coefficients
+        from llmsched_gym.cost.infermax import load_infermax
+
+        return load_infermax(spec)
     if spec.startswith("roofline:"):
         match = _ROOFLINE.match(spec)
         if not match:

@@ -41,6 +41,21 @@ for _key in STATIC_KEYS:
         + (" (oracle)" if STATIC_KEYS[_key][1] else ""),
     )
 
+# InferMax (Kim et al.) unified scheduler presets: Table 1 rows (+ "-ef"), ranked, evict-short.
+from llmsched_gym.policies.infermax import PRESET_HELP as _IM_HELP  # noqa: E402
+from llmsched_gym.policies.infermax import PRESETS as _IM_PRESETS  # noqa: E402
+from llmsched_gym.policies.infermax import make_infermax_policy  # noqa: E402
+
+for _preset, _im_cfg in _IM_PRESETS.items():
+    _base = _preset.removesuffix("-ef")
+    register_policy(
+        f"infermax:{_preset}",
+        lambda _p=_preset, **kw: make_infermax_policy(_p, **kw),
+        _IM_HELP[_base]
+        + (" + eviction-free I+O-1 reservation" if _preset.endswith("-ef") else "")
+        + (" (oracle)" if _im_cfg.oracle else ""),
+    )
+
 
 def list_policies() -> dict[str, str]:
     """Registered scheduler names with one-line descriptions."""
