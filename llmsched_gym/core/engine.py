@@ -74,7 +74,7 @@ class StepContext:
         self.resumed = []
         self.preempted = []
         self.num_eligible = len(self.running) + len(self.waiting)
-        self._tokens = self._prefill_attn = self._decode_kv = 0
+        self._tokens = self._prefill_attn = self._decode_kv = self._prefill_kv = 0
         self._num_prefill = self._num_decode = 0
 
     def _account(self, m: int, n: int, sign: int) -> None:
@@ -85,6 +85,7 @@ class StepContext:
             self._num_decode += sign
         else:
             self._prefill_attn += sign * (n * n + 2 * m * n)
+            self._prefill_kv += sign * m
             self._num_prefill += sign
 
     # -- reading -----------------------------------------------------------------------------
@@ -311,6 +312,9 @@ class Engine:
         self.policy = policy
         self.cost_model = cost_model
         self.fast_forward = fast_forward
+        # A cost model may also price Σ m over prefill items (context under the prefill chunks;
+        # InferMax's m_p term): it says so with ``uses_prefill_kv = True``.
+        self._prefill_kv_feature = bool(getattr(cost_model, "uses_prefill_kv", False))
         self.schedule_log = schedule_log
         self.record_steps = record_steps
         self.kv = KVCacheManager(
@@ -511,9 +515,15 @@ class Engine:
         self.policy.schedule(ctx)
         scheduled = ctx.scheduled
         num_free_after_schedule = self.kv.pool.num_free
-        duration = self.cost_model.step_time(
-            ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill, ctx._num_decode
-        )
+        if self._prefill_kv_feature:
+            duration = self.cost_model.step_time(
+                ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill,
+                ctx._num_decode, prefill_kv=ctx._prefill_kv,
+            )  # fmt: skip
+        else:
+            duration = self.cost_model.step_time(
+                ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill, ctx._num_decode
+            )
         now = self.now
         end = now + duration
         # Advance computed tokens (vLLM's _update_after_schedule), then sample one token for

@@ -13,8 +13,8 @@ Batch time = ``layers × (other + decode + prefill)`` ms, returned in seconds.
 
 Mapping onto the engine's five features (``llmsched_gym.cost.base``): ``Σc = num_tokens``,
 ``Σ_p(c² + 2mc) = prefill_attn``, ``Σ_d m = decode_kv``, ``B_p = num_prefill``,
-``B_d = num_decode`` — so every term is exact **except** ``m_p·Σ_p m`` (KV read by prefill chunks),
-which is not a feature:
+``B_d = num_decode``. ``m_p·Σ_p m`` (KV read by prefill chunks) is not among the five: the engine
+passes it as ``prefill_kv`` to models with ``uses_prefill_kv`` (this one); given only the five:
 
 * with one prefill item it is recovered exactly: ``c = num_tokens - num_decode`` and
   ``m = (prefill_attn - c²) / (2c)``;
@@ -23,9 +23,9 @@ which is not a feature:
   to ``[0, ...]``; exact when the chunks are equal, an overestimate otherwise (by Cauchy-Schwarz),
   and zero-ish for fresh prefills with ``m = 0`` of equal size. In the §4 grids every multi-item
   prefill batch has equal fresh prompts, so the estimate is exact there;
-* passing ``prefill_kv=`` (``Σ_p m``) to :meth:`InferMaxCostModel.step_time` makes it exact — the
-  engine would need a sixth feature for that (proposed: ``prefill_kv`` accumulated in
-  ``StepContext._account`` next to ``prefill_attn``).
+* the engine passes ``prefill_kv=`` (``Σ_p m``, accumulated next to ``prefill_attn``) to models
+  that set ``uses_prefill_kv``, as this one does, so in simulation the term is exact; the
+  estimate above serves callers that give only the five common features.
 
 Another engine detail: the engine counts an item with ``c = 1`` as a decode; a one-token prefill
 (``I = 1``, or a chunk that leaves one prompt token) is therefore costed as decode attention
@@ -114,6 +114,9 @@ class InferMaxCostModel:
         model: ``llama-2-7b`` or ``llama-3-70b`` (aliases ``7b``, ``70b``).
         coefficients: Override the coefficient set.
     """
+
+    uses_prefill_kv = True
+    """The engine passes ``prefill_kv`` (Σ m over prefill items), so the m_p term is exact."""
 
     def __init__(self, model: str = "llama-2-7b", coefficients=None) -> None:
         key = _ALIASES.get(model.lower(), model.lower())
