@@ -391,6 +391,16 @@ for _metric in LOAD_METRICS:
     )
 
 
+def _register_reference_routers() -> None:
+    """The papers' routers register themselves here (ProServe's GoRouting)."""
+    from llmsched_gym.cluster import gorouting
+
+    gorouting.register(register_router)
+
+
+_register_reference_routers()
+
+
 def list_routers() -> dict[str, str]:
     """Registered router names with one-line descriptions."""
     return {name: help for name, (_, help) in _REGISTRY.items()}

@@ -56,6 +56,11 @@ for _preset, _im_cfg in _IM_PRESETS.items():
         + (" (oracle)" if _im_cfg.oracle else ""),
     )
 
+# ProServe (SlideBatching, its ablations) and the baselines it compares against.
+from llmsched_gym.policies import proserve as _proserve  # noqa: E402
+
+_proserve.register(register_policy)
+
 
 def list_policies() -> dict[str, str]:
     """Registered scheduler names with one-line descriptions."""
