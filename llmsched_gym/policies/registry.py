@@ -61,6 +61,11 @@ from llmsched_gym.policies import proserve as _proserve  # noqa: E402
 
 _proserve.register(register_policy)
 
+# RelServe (its DPU + ABA, the PP and DP ablations) and vLLM-SP.
+from llmsched_gym.policies import relserve as _relserve  # noqa: E402
+
+_relserve.register(register_policy)
+
 
 def list_policies() -> dict[str, str]:
     """Registered scheduler names with one-line descriptions."""

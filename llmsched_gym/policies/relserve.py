@@ -1,0 +1,789 @@
+"""RelServe (PVLDB): Dynamic Priority Updater + Adaptive Batch Arranger, and its baselines.
+
+Reference scheduler for relQuery serving (``llmsched_gym.workloads.relquery``). Every policy here
+runs on the vLLM-0.6-style engine of ``vllm-v0``: whole (unchunked) prefills, a step is either a
+prefill-only or a decode-only batch (no hybrid batches), recompute preemption.
+
+* ``relserve`` (the code's ``priority_ada_pabs``): DPU (Eq. 8-13) + ABA (Eq. 14-17).
+* ``relserve-pp`` (``priority_ovlp_pabs``): DPU, always prefill when possible; the prefill batch
+  may mix relQueries; no starvation handling.
+* ``relserve-dp`` (``priority_islt_pabs``): DPU, never prefill in the transitional state.
+* ``vllm-sp``: vLLM's priority policy with the static relQuery priority
+  Σ (prompt tokens + ``max_tokens``) (lower first) and vLLM 0.6 priority preemption.
+
+Where the paper and the authors' code (``CSLabor/vllm_relserve@f643fc5``, see
+``/work/shared/papers/NOTES.md`` §1.3) differ, the code is the default and the paper's form is an
+option of :class:`RelServeOptions`:
+
+===========================  ==============================  ==================================
+choice                       default (code)                  option (paper)
+===========================  ==============================  ==================================
+batch decomposition (PEM)    ``decomposition="code"``:       ``"alg1"``: Algorithm 1 (prefill
+                             close a batch at mnbt, each     until ``cap``/``mns``, then decode
+                             batch decoded on its own        to completion)
+cache-miss sample (Eq. 11)   ``sample="first"``: first 10    ``"random"``: 10 random waiting
+                             waiting requests                requests (seeded)
+reuse (Eq. 12)               ``reuse="code"``: waiting       ``"paper"``: only relQueries with
+                             count unchanged                 every request waiting at t-1 and t
+running priority             ``running_size="own"``          ``"global"``: all running requests
+Δ (Eq. 15-17)                ``delta="code"``: rem. steps,   ``"paper"``: |R+|·L^p + Σ α^d·|p|·
+                             per running-only R              min(OL(R), OL(p)); Δ- with max OL
+starvation (Eq. 13)          ``starvation_s=10`` s/request   (same rule; the README uses 100)
+NFT KV reservation           ``nft_reservation=True``        ``False``
+<10-remaining shortcut       ``tail_shortcut_steps=10``      ``0`` (off)
+===========================  ==============================  ==================================
+
+``OL`` is always the user limit ``max_tokens - 1`` (the scheduler never sees true lengths).
+
+The latency predictors L^prefill(uncached tokens) and L^decode(#running) (Eq. 9) are fitted by
+:func:`fit_latency_predictors` from the per-step records of a vLLM-SP run, as the authors'
+``slope_calc.py`` does. Without explicit predictors a policy fits them on first use
+(:func:`default_predictors`): one vLLM-SP run of a small calibration relQuery workload on the
+engine's own cost model and config, cached per (cost model, config).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmsched_gym.config import EngineConfig
+from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
+from llmsched_gym.core.request import Request
+from llmsched_gym.errors import ConfigError, PolicyError
+from llmsched_gym.policies.baselines import VllmV0Policy
+
+__all__ = [
+    "LatencyPredictors",
+    "RelServeOptions",
+    "RelServeBatchTypeAgent",
+    "RelServePolicy",
+    "VllmSPPolicy",
+    "default_predictors",
+    "delta_latency",
+    "fit_latency_predictors",
+    "pem_priority",
+    "register",
+    "running_priority",
+]
+
+WARMUP_STEPS = 10
+"""Steps dropped from the start of a fitting run (``slope_calc.py``)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Latency predictors (Eq. 9) and their fit
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LatencyPredictors:
+    """Eq. 9: L^prefill(p) = α^p·utok(p) + β^p and L^decode(d) = α^d·req(d) + β^d (seconds)."""
+
+    alpha_p: float
+    beta_p: float
+    alpha_d: float
+    beta_d: float
+
+    def prefill(self, uncached_tokens: float) -> float:
+        """L^prefill of a batch with ``uncached_tokens`` tokens to compute."""
+        return self.alpha_p * uncached_tokens + self.beta_p
+
+    def decode(self, num_requests: float) -> float:
+        """L^decode of a decode batch of ``num_requests`` sequences."""
+        return self.alpha_d * num_requests + self.beta_d
+
+
+def fit_latency_predictors(result: Any, warmup: int = WARMUP_STEPS) -> LatencyPredictors:
+    """Fit Eq. 9 from a vLLM-SP run's step records, as the authors' ``slope_calc.py``.
+
+    Args:
+        result: A ``SimulationResult`` of ``simulate(..., record_steps=True)`` (or its ``steps``
+            DataFrame) of a run without hybrid batches (``vllm-sp``, ``vllm-v0``).
+        warmup: Leading steps dropped as warm-up (10 in the authors' script).
+
+    Returns:
+        ``np.polyfit(deg=1)`` of step time on uncached prefill tokens (prefill-only steps) and on
+        the number of running sequences (decode-only steps).
+
+    Raises:
+        ConfigError: No step records, or fewer than two prefill or decode steps after warm-up.
+    """
+    steps = getattr(result, "steps", result)
+    if steps is None:
+        raise ConfigError("fit_latency_predictors needs step records (record_steps=True)")
+    steps = steps.iloc[warmup:]
+    pre = steps[(steps["num_prefill"] > 0) & (steps["num_decode"] == 0)]
+    dec = steps[(steps["num_prefill"] == 0) & (steps["num_decode"] > 0)]
+    if len(pre) < 2 or len(dec) < 2:
+        raise ConfigError(
+            f"fit_latency_predictors: need >= 2 prefill-only and decode-only steps after "
+            f"{warmup} warm-up steps, got {len(pre)} and {len(dec)}"
+        )
+    ap, bp = np.polyfit(pre["num_scheduled_tokens"].to_numpy(float), pre["duration_s"], 1)
+    ad, bd = np.polyfit(dec["num_decode"].to_numpy(float), dec["duration_s"], 1)
+    return LatencyPredictors(float(ap), float(bp), float(ad), float(bd))
+
+
+_FIT_CACHE: dict[tuple, LatencyPredictors] = {}
+
+
+def default_predictors(cost_model: Any, config: EngineConfig) -> LatencyPredictors:
+    """Predictors fitted on first use for an engine, cached per (cost model, config).
+
+    Runs ``vllm-sp`` on a calibration workload (30 relQueries over all four tables at 1 rQ/s,
+    seed 0, the engine's ``max_model_len`` rule taken as 2048 for OPT-sized budgets) with the
+    engine's own cost model and config, and fits it with :func:`fit_latency_predictors`.
+    Scenario runs that want the authors' exact procedure (same model, dataset and rate) pass
+    predictors fitted on that scenario instead (see ``leaderboards/relserve/reproduce.py``).
+    """
+    key = (getattr(cost_model, "name", repr(cost_model)), tuple(sorted(config.to_dict().items())))
+    if key not in _FIT_CACHE:
+        from llmsched_gym.simulation import simulate
+        from llmsched_gym.workloads.relquery import relquery_jobs
+
+        mml = min(8192, config.max_num_batched_tokens)
+        jobs = relquery_jobs("all", 30, 1.0, seed=0, max_model_len=mml)
+        res = simulate(jobs, config, VllmSPPolicy(), cost_model, record_steps=True)
+        _FIT_CACHE[key] = fit_latency_predictors(res)
+    return _FIT_CACHE[key]
+
+
+# --------------------------------------------------------------------------------------------
+# Priority Estimation Model (Eq. 10, Algorithm 1) and the running priority
+# --------------------------------------------------------------------------------------------
+def pem_priority(
+    prompt_lens: Iterable[int],
+    max_tokens: Iterable[int],
+    miss_ratio: float,
+    pred: LatencyPredictors,
+    mnbt: int,
+    *,
+    decomposition: str = "code",
+    cap: int | None = None,
+    mns: int | None = None,
+) -> float:
+    """PEM(R) (Eq. 10) of the waiting requests of one relQuery, with utok* = tok × ratio (Eq. 11).
+
+    ``decomposition="code"`` (``_calc_single_query_priority``): walk the requests in queue order,
+    close a prefill batch when its utok* would exceed ``mnbt``; each closed batch costs
+    L^prefill(Σ utok*) + L^decode(|batch|) × max OL in the batch (OL = ``max_tokens`` - 1).
+
+    ``decomposition="alg1"`` (Algorithm 1): prefill batches are cut at ``mnbt``; when the
+    accumulated utok* would exceed ``cap`` or the decode batch ``mns``, the GPU decodes to
+    completion: OL(R) decode batches of the accumulated size.
+
+    Args:
+        prompt_lens: tok(r) of the waiting requests, in queue order.
+        max_tokens: ``max_tokens`` of the same requests.
+        miss_ratio: The relQuery's cache-miss ratio (Eq. 11).
+        pred: The fitted predictors (Eq. 9).
+        mnbt: ``max_num_batched_tokens``.
+        decomposition: ``code`` or ``alg1``.
+        cap: KV capacity in tokens (``alg1`` only).
+        mns: ``max_num_seqs`` (``alg1`` only).
+
+    Returns:
+        The estimated execution duration in seconds (the priority value; lower first).
+    """
+    toks = [p * miss_ratio for p in prompt_lens]
+    ols = [m - 1 for m in max_tokens]
+    total = 0.0
+    if decomposition == "code":
+        acc, n, ol = 0.0, 0, 0
+        for u, o in zip(toks, ols, strict=True):
+            if n and acc + u > mnbt:
+                total += pred.prefill(acc) + pred.decode(n) * ol
+                acc, n, ol = 0.0, 0, 0
+            acc += u
+            n += 1
+            ol = max(ol, o)
+        if n:
+            total += pred.prefill(acc) + pred.decode(n) * ol
+        return total
+    if decomposition != "alg1":
+        raise ConfigError(f"decomposition must be 'code' or 'alg1', got {decomposition!r}")
+    cap = cap if cap is not None else 1 << 62
+    mns = mns if mns is not None else 1 << 62
+    ol_r = max(ols, default=0)
+    p_tok, d_n, accum = 0.0, 0, 0.0
+    for u in toks:
+        if d_n and (u + accum > cap or d_n + 1 > mns):  # lines 4-8: decode to completion
+            if p_tok:
+                total += pred.prefill(p_tok)
+            total += pred.decode(d_n) * ol_r
+            p_tok, d_n, accum = 0.0, 0, 0.0
+        if p_tok and u + p_tok > mnbt:  # lines 9-10: the prefill batch is full
+            total += pred.prefill(p_tok)
+            p_tok = 0.0
+        p_tok += u
+        d_n += 1
+        accum += u
+    if d_n:  # lines 12-15: leftovers
+        if p_tok:
+            total += pred.prefill(p_tok)
+        total += pred.decode(d_n) * ol_r
+    return total
+
+
+def running_priority(
+    remaining_steps: Iterable[int], num_running: int, pred: LatencyPredictors
+) -> float:
+    """Priority of a running-only relQuery (``_update_running_priority_abs``).
+
+    max over its running requests of (``max_tokens`` - generated) × L^decode(``num_running``),
+    where ``num_running`` is its own number of running requests in the code.
+    """
+    return max(remaining_steps, default=0) * pred.decode(num_running)
+
+
+def delta_latency(
+    pred: LatencyPredictors,
+    prefill_uncached: float,
+    prefill_size: int,
+    prefill_ol: int,
+    running_only: list[tuple[int, int]],
+    max_running_remaining: int,
+    num_waiting_relqueries: int,
+    *,
+    form: str = "code",
+) -> tuple[float, float, float]:
+    """Δ = Δ+ - Δ- of prefilling the candidate batch p before decoding (Eq. 15-17).
+
+    Code form (``predict_delta_latency``): Δ+ = Σ_{R running-only} [L^prefill(p) + α^d·|p|·
+    min(OL(p), rem(R))] and Δ- = |R-|·β^d·min(OL(p), max_R rem(R)), where rem(R) is R's largest
+    remaining step count and |R-| counts every waiting relQuery (the candidate's included).
+
+    Paper form: Δ+ = L^prefill(p)·|R+| + Σ_R α^d·|p|·min(OL(R), OL(p)) and
+    Δ- = |R-|·β^d·min(OL(p), max_R OL(R)).
+
+    Args:
+        pred: Eq. 9 predictors.
+        prefill_uncached: utok(p) of the candidate prefill batch.
+        prefill_size: req(p).
+        prefill_ol: OL(p) = max ``max_tokens`` - 1 over p.
+        running_only: (rem(R), OL(R)) of each running-only relQuery R.
+        max_running_remaining: max rem(R) over the running relQueries (code form); the paper
+            form uses max OL(R) over ``running_only`` instead.
+        num_waiting_relqueries: |R-|.
+        form: ``code`` or ``paper``.
+
+    Returns:
+        (Δ, Δ+, Δ-); the arranger prefills iff Δ < 0.
+    """
+    lp = pred.prefill(prefill_uncached)
+    if form == "code":
+        plus = sum(
+            lp + pred.alpha_d * prefill_size * min(prefill_ol, rem) for rem, _ in running_only
+        )
+        minus = num_waiting_relqueries * pred.beta_d * min(prefill_ol, max_running_remaining)
+    elif form == "paper":
+        plus = lp * len(running_only) + sum(
+            pred.alpha_d * prefill_size * min(ol, prefill_ol) for _, ol in running_only
+        )
+        max_ol = max((ol for _, ol in running_only), default=0)
+        minus = num_waiting_relqueries * pred.beta_d * min(prefill_ol, max_ol)
+    else:
+        raise ConfigError(f"delta form must be 'code' or 'paper', got {form!r}")
+    return plus - minus, plus, minus
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------
+def _rq(req: Request) -> str:
+    """The relQuery id of a request (its job; a request outside jobs is its own relQuery)."""
+    return req.spec.job_id or req.request_id
+
+
+def _decode_all(ctx: StepContext, victim: Callable[[], Request]) -> None:
+    """One decode token for every running request; preempt ``victim()`` when blocks run out."""
+    running = ctx.running
+    for req in list(running):
+        if req not in running or ctx.token_budget == 0:
+            continue
+        while not ctx.schedule_running(req, 1):
+            v = victim()
+            ctx.preempt(v)
+            if v is req:
+                break
+
+
+def _remaining(req: Request) -> int:
+    """Decode steps left under the user limit: ``max_tokens`` - generated."""
+    return req.max_tokens - req.num_output_tokens
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM-SP
+# --------------------------------------------------------------------------------------------
+class VllmSPPolicy(VllmV0Policy):
+    """vLLM-SP: ``vllm-v0`` under vLLM's priority policy with a static relQuery priority.
+
+    Priority of every request of relQuery R = Σ_{r ∈ R} (prompt tokens + ``max_tokens``)
+    (``rel_bench.py``), lower first, ties by (arrival, request id). As vLLM 0.6.6's
+    ``_schedule_default``: prefills first (whole prompts, queue order); if none was admitted,
+    ``_schedule_priority_preemption`` preempts (recompute) the worst running request while the
+    waiting head cannot be admitted (blocks or ``max_num_seqs``) and has a better priority; then
+    the remaining running requests decode, the worst-priority one preempted on block shortage.
+    """
+
+    name = "vllm-sp"
+    fast_forward_safe = False  # a blocked head may still preempt (priority inversion)
+    head_of_line = True
+
+    def __init__(self) -> None:
+        self._engine: Engine | None = None
+        self._sums: dict[str, int] = {}
+
+    def reset(self, engine: Engine) -> None:
+        """Remember the engine (for the relQuery's released requests)."""
+        self._engine = engine
+        self._sums = {}
+
+    def relquery_priority(self, req: Request) -> int:
+        """Σ (prompt + ``max_tokens``) over the released requests of ``req``'s relQuery."""
+        rq = _rq(req)
+        if rq not in self._sums:
+            eng = self._engine
+            jobs = None if eng is None else eng.jobs
+            spec = req.spec
+            if jobs is None or spec.job_id not in jobs.jobs:
+                self._sums[rq] = spec.prompt_len + spec.max_tokens
+            else:
+                job = jobs.jobs[spec.job_id]
+                stages = [s for s in job.stages if s.name == spec.stage] or list(job.stages[:1])
+                self._sums[rq] = sum(s.prompt_len + s.max_tokens for s in stages[0].requests)
+        return self._sums[rq]
+
+    def priority_key(self, req: Request) -> tuple:
+        """(relQuery priority, arrival, request id)."""
+        return (self.relquery_priority(req), req.arrival_time, req.request_id)
+
+    def queue_policy(self, config: EngineConfig) -> str:
+        """Always vLLM's priority queue."""
+        return "priority"
+
+    def _worst_running(self, ctx: StepContext) -> Request:
+        return max(ctx.running, key=self.priority_key)
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Prefill-first (``vllm-v0``); without prefills, priority preemption, then decode."""
+        waiting, running = ctx.waiting, ctx.running
+        admitted = False
+        while waiting and len(running) < ctx.max_num_seqs:
+            req = waiting.peek()
+            hit = ctx.lookup(req)
+            n = req.num_tokens - hit[1]
+            if n > ctx.config.max_num_batched_tokens:
+                raise PolicyError(
+                    f"vllm-sp cannot chunk prefills: request {req.request_id!r} needs {n} tokens"
+                )
+            if n > ctx.token_budget or ctx.admit(req, n, hit=hit) is None:
+                break
+            admitted = True
+        if admitted:
+            return
+        if waiting and running:  # vLLM 0.6.6 _schedule_priority_preemption (no prefill this step)
+            head = waiting.peek()
+            hk = self.priority_key(head)
+            while running:
+                worst = self._worst_running(ctx)
+                if self.priority_key(worst) <= hk:
+                    break
+                if len(running) < ctx.max_num_seqs and (
+                    ctx.blocks_needed_to_admit(head) <= ctx.num_free_blocks
+                ):
+                    break
+                ctx.preempt(worst)
+        _decode_all(ctx, lambda: self._worst_running(ctx))
+
+
+# --------------------------------------------------------------------------------------------
+# RelServe
+# --------------------------------------------------------------------------------------------
+@dataclass
+class RelServeOptions:
+    """RelServe knobs; defaults follow the authors' code (module docstring table)."""
+
+    variant: str = "ada"
+    """``ada`` (RelServe), ``pp`` (always prefill first), ``dp`` (decode in the tail)."""
+    decomposition: str = "code"
+    sample_size: int = 10
+    sample: str = "first"
+    reuse: str = "code"
+    running_size: str = "own"
+    delta: str = "code"
+    starvation_s: float | None = 10.0
+    """Seconds per waiting request at first sight (Eq. 13); None disables; ``ada`` only."""
+    nft_reservation: bool = True
+    tail_shortcut_steps: int = 10
+    single_relquery_batch: bool | None = None
+    """Prefill from one relQuery only (default: True for ``ada``/``dp``, False for ``pp``)."""
+    zero_uncached_stops: bool = True
+    """Code quirk: a request with nothing to compute stops the prefill batch."""
+    seed: int = 0
+    """Seed of ``sample="random"``."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "variant": ("ada", "pp", "dp"),
+            "decomposition": ("code", "alg1"),
+            "sample": ("first", "random"),
+            "reuse": ("code", "paper"),
+            "running_size": ("own", "global"),
+            "delta": ("code", "paper"),
+        }
+        for name, allowed in checks.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"RelServe {name} must be one of {allowed}, got {getattr(self, name)!r}"
+                )
+        if self.sample_size < 1:
+            raise ConfigError(f"RelServe sample_size must be >= 1, got {self.sample_size!r}")
+
+
+@dataclass
+class _RQ:
+    """Per-relQuery state kept by the DPU."""
+
+    arrival: float
+    threshold: float
+    waiting: list[Request] = field(default_factory=list)
+    prio: float | None = None
+    ratio: float = 1.0
+    last_count: int = -1
+    all_waiting_prev: bool = False
+
+
+class RelServePolicy(SchedulingPolicy):
+    """RelServe's scheduler: Dynamic Priority Updater + Adaptive Batch Arranger.
+
+    Each step: (1) DPU (§4.2) updates relQuery priorities: PEM by batch decomposition (Eq. 10,
+    Alg. 1) of the waiting part with utok* from the cache-miss ratio of the first 10 waiting
+    requests (Eq. 11, real prefix-cache lookups), reused by the code's waiting-count rule
+    (Eq. 8/12), running-only relQueries by remaining steps × own-size decode cost, starvation
+    prevention (Eq. 13); (2) ABA (§4.3, Eq. 14-17) picks a prefill batch (one relQuery, whole
+    prompts, NFT KV reservation) or a decode batch of all running requests, never both.
+    """
+
+    fast_forward_safe = True
+    head_of_line = False
+
+    def __init__(
+        self,
+        predictors: LatencyPredictors | None = None,
+        options: RelServeOptions | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.options = options if options is not None else RelServeOptions(**kwargs)
+        if options is not None and kwargs:
+            raise ConfigError("pass either options or keyword options, not both")
+        self.pred = predictors
+        self._given_pred = predictors is not None
+        v = self.options.variant
+        self.name = {"ada": "relserve", "pp": "relserve-pp", "dp": "relserve-dp"}[v]
+        self.single = (
+            self.options.single_relquery_batch
+            if self.options.single_relquery_batch is not None
+            else v != "pp"
+        )
+        self.stats = {"prefill": 0, "decode": 0, "inter": 0, "delta_prefill": 0, "shortcut": 0}
+        self._rqs: dict[str, _RQ] = {}
+        self._tracked = 0
+        self._rng = random.Random(self.options.seed)
+
+    def queue_policy(self, config: EngineConfig) -> str:
+        """FCFS engine queue; the DPU orders it itself every step."""
+        return "fcfs"
+
+    def reset(self, engine: Engine) -> None:
+        """Fit the predictors on first use when none were given."""
+        if not self._given_pred:
+            self.pred = default_predictors(engine.cost_model, engine.config)
+        self._rqs = {}
+        self._tracked = 0
+        self._rng = random.Random(self.options.seed)
+        self.stats = dict.fromkeys(self.stats, 0)
+
+    # -- DPU ---------------------------------------------------------------------------------
+    def _sync(self, ctx: StepContext) -> None:
+        """Rebuild per-relQuery waiting lists when arrivals or preemptions changed the queue."""
+        if len(ctx.waiting) == self._tracked:
+            return
+        for rq in self._rqs.values():
+            rq.waiting = []
+        thr = self.options.starvation_s
+        for req in ctx.waiting:
+            key = _rq(req)
+            rq = self._rqs.get(key)
+            if rq is None:
+                rq = self._rqs[key] = _RQ(arrival=req.arrival_time, threshold=float("inf"))
+                rq.first_seen = True  # type: ignore[attr-defined]
+            rq.waiting.append(req)
+            rq.arrival = min(rq.arrival, req.arrival_time)
+        for rq in self._rqs.values():
+            if getattr(rq, "first_seen", False):
+                rq.threshold = thr * len(rq.waiting) if thr is not None else float("inf")
+                rq.first_seen = False  # type: ignore[attr-defined]
+        self._tracked = len(ctx.waiting)
+
+    def _miss_ratio(self, ctx: StepContext, reqs: list[Request]) -> float:
+        """Eq. 11 over the first (or random) ``sample_size`` waiting requests, real lookups."""
+        k = min(self.options.sample_size, len(reqs))
+        sample = reqs[:k] if self.options.sample == "first" else self._rng.sample(reqs, k)
+        unc = tot = 0
+        for r in sample:
+            hit = ctx.lookup(r)[1]
+            unc += r.num_tokens - hit
+            tot += r.num_tokens
+        return unc / tot if tot else 1.0
+
+    def _update_priorities(self, ctx: StepContext) -> dict[str, float]:
+        """DPU: priority of every relQuery with waiting or running requests (lower first)."""
+        o, pred, cfg = self.options, self.pred, ctx.config
+        running_by: dict[str, list[Request]] = {}
+        for r in ctx.running:
+            running_by.setdefault(_rq(r), []).append(r)
+        prios: dict[str, float] = {}
+        for key, rq in list(self._rqs.items()):
+            if not rq.waiting:
+                if key not in running_by:
+                    del self._rqs[key]
+                continue
+            n = len(rq.waiting)
+            all_waiting = key not in running_by and n == rq.last_count
+            if o.reuse == "code":
+                reuse = rq.prio is not None and n == rq.last_count
+            else:  # Eq. 12: every request of R at t-1 and t is waiting
+                reuse = rq.prio is not None and all_waiting and rq.all_waiting_prev
+            if not reuse:
+                rq.ratio = self._miss_ratio(ctx, rq.waiting)
+                rq.prio = pem_priority(
+                    [r.num_tokens for r in rq.waiting],
+                    [r.max_tokens for r in rq.waiting],
+                    rq.ratio,
+                    pred,
+                    cfg.max_num_batched_tokens,
+                    decomposition=o.decomposition,
+                    cap=(cfg.num_gpu_blocks - 1) * cfg.block_size,
+                    mns=cfg.max_num_seqs,
+                )
+            rq.all_waiting_prev = key not in running_by
+            rq.last_count = n
+            p = rq.prio
+            if (
+                o.variant == "ada"
+                and o.starvation_s is not None
+                and ctx.now - rq.arrival > rq.threshold
+            ):
+                p = 0.0  # Eq. 13: starvation prevention
+            prios[key] = p
+        total_running = len(ctx.running)
+        for key, reqs in running_by.items():
+            if key in prios:
+                continue  # partially waiting: the waiting part's priority
+            size = len(reqs) if o.running_size == "own" else total_running
+            prios[key] = running_priority([_remaining(r) for r in reqs], size, pred)
+        self._running_by = running_by
+        return prios
+
+    # -- ABA ---------------------------------------------------------------------------------
+    def _nft_blocks(self, ctx: StepContext, extra_tokens: int = 0) -> int:
+        """KV blocks reserved so every running request can decode to its limit (code's NFT)."""
+        if not self.options.nft_reservation:
+            return 0
+        nft = sum(_remaining(r) for r in ctx.running) + extra_tokens
+        return nft // ctx.block_size + 1
+
+    def _candidates(self, ctx: StepContext, order: list[str]) -> list[Request]:
+        """Waiting requests in prefill order: relQueries by priority, queue order inside."""
+        out: list[Request] = []
+        for key in order[:1] if self.single else order:
+            out.extend(self._rqs[key].waiting)
+        return out
+
+    def _mimic(self, ctx: StepContext, cands: list[Request]) -> tuple[int, int, int]:
+        """The candidate prefill batch without admitting: (uncached tokens, size, OL(p))."""
+        budget = ctx.token_budget
+        seqs = ctx.max_num_seqs - len(ctx.running)
+        free_tokens = ctx.num_free_blocks * ctx.block_size - (
+            self._nft_blocks(ctx) * ctx.block_size if self.options.nft_reservation else 0
+        )
+        utok = size = ol = 0
+        for r in cands:
+            n = r.num_tokens - ctx.lookup(r)[1]
+            if n <= 0 and self.options.zero_uncached_stops:
+                break
+            if utok + n > budget or size + 1 > seqs or n + r.max_tokens > free_tokens:
+                break
+            utok += n
+            size += 1
+            ol = max(ol, r.max_tokens - 1)
+            free_tokens -= n + r.max_tokens
+        return utok, size, ol
+
+    def _prefill(self, ctx: StepContext, cands: list[Request]) -> bool:
+        """Admit whole prompts in order under the budget, ``max_num_seqs`` and the NFT reserve."""
+        admitted = False
+        for r in cands:
+            if len(ctx.running) >= ctx.max_num_seqs:
+                break
+            hit = ctx.lookup(r)
+            n = r.num_tokens - hit[1]
+            if n <= 0 and self.options.zero_uncached_stops:
+                break
+            if n > ctx.config.max_num_batched_tokens:
+                raise PolicyError(
+                    f"{self.name} cannot chunk prefills: request {r.request_id!r} needs {n} tokens"
+                )
+            if n > ctx.token_budget:
+                break
+            if self.options.nft_reservation:
+                need = ctx.blocks_needed_to_admit(r)
+                if ctx.num_free_blocks - need < self._nft_blocks(ctx):
+                    break
+            if ctx.admit(r, n, hit=hit) is None:
+                break
+            self._rqs[_rq(r)].waiting.remove(r)
+            self._tracked -= 1
+            admitted = True
+        return admitted
+
+    def _decode(self, ctx: StepContext) -> None:
+        self.stats["decode"] += 1
+        _decode_all(ctx, lambda: ctx.running[-1])
+        if ctx.preempted:
+            self._tracked = -1  # force a resync next step
+
+    def schedule(self, ctx: StepContext) -> None:
+        """One iteration: DPU priorities, then the ABA's prefill-or-decode decision."""
+        self._sync(ctx)
+        prios = self._update_priorities(ctx)
+        waiting_keys = [k for k, rq in self._rqs.items() if rq.waiting]
+        order = sorted(waiting_keys, key=lambda k: (prios[k], self._rqs[k].arrival, k))
+        if not order:
+            if ctx.running:
+                self._decode(ctx)
+            return
+        if not ctx.running:
+            if self._prefill(ctx, self._candidates(ctx, order)):
+                self.stats["prefill"] += 1
+            return
+        prefill = self._arrange(ctx, prios, order)
+        if prefill and self._prefill(ctx, self._candidates(ctx, order)):
+            self.stats["prefill"] += 1
+            return
+        self._decode(ctx)
+
+    def _arrange(self, ctx: StepContext, prios: dict[str, float], order: list[str]) -> bool:
+        """ABA (Eq. 14-17): True to run the candidate prefill batch, False to decode."""
+        o = self.options
+        if o.variant == "pp":
+            return True
+        running_by = self._running_by
+        running_only = [k for k in running_by if k not in self._rqs or not self._rqs[k].waiting]
+        top_w = order[0]
+        if not running_only:
+            return True  # internal / cold start
+        best_r = min(running_only, key=lambda k: prios[k])
+        if prios[best_r] >= prios[top_w]:
+            return True  # preemption (m+ > m-) or internal execution
+        self.stats["inter"] += 1
+        if o.variant == "dp":
+            return False
+        if o.tail_shortcut_steps and any(
+            _remaining(r) < o.tail_shortcut_steps for r in running_by[best_r]
+        ):
+            self.stats["shortcut"] += 1
+            return False
+        utok, size, ol = self._mimic(ctx, self._candidates(ctx, order))
+        if size == 0:
+            return False
+        rems = {k: max(_remaining(r) for r in running_by[k]) for k in running_by}
+        ro = [(rems[k], max(r.max_tokens - 1 for r in running_by[k])) for k in running_only]
+        delta, _, _ = delta_latency(
+            self.pred, utok, size, ol, ro, max(rems.values()), len(order), form=o.delta
+        )
+        if delta < 0:
+            self.stats["delta_prefill"] += 1
+            return True
+        return False
+
+
+class RelServeBatchTypeAgent:
+    """RelServe's ABA decision as an agent for ``llmsched/BatchType-*-v0`` (``act(env)``).
+
+    Each decision runs the DPU and the ABA test of a :class:`RelServePolicy` on the env's engine
+    and answers 0 (prefill-only) or 1 (decode-only). Approximate: the env builds the chosen batch
+    with vLLM-v1 rules (FCFS queue, chunked prefill, no one-relQuery restriction, no NFT
+    reservation), so only the batch-type decision is RelServe's. Bound to ``env``, the agent is
+    also a callable observation -> action for ``llmsched_gym.envs.rollout``.
+    """
+
+    def __init__(self, policy: RelServePolicy | None = None, env: Any = None) -> None:
+        self.policy = policy if policy is not None else RelServePolicy()
+        self.env = env
+        self._engine: Engine | None = None
+
+    def __call__(self, obs: Any) -> int:
+        """The action at the bound env's current decision (``obs`` is not needed)."""
+        if self.env is None:
+            raise ConfigError(
+                "RelServeBatchTypeAgent(env=...) is needed to call it on observations"
+            )
+        return self.act(self.env)
+
+    def act(self, env: Any) -> int:
+        """0 = prefill-only, 1 = decode-only."""
+        eng = env.unwrapped.engine
+        pol = self.policy
+        if eng is not self._engine:
+            self._engine = eng
+            pol._rqs, pol._tracked = {}, -1
+            if pol.pred is None:
+                pol.pred = default_predictors(eng.cost_model, eng.config)
+        ctx = eng.ctx
+        ctx._begin(eng.now, eng.num_steps)
+        pol._tracked = -1  # the env's policy admitted requests: resync the waiting lists
+        pol._sync(ctx)
+        prios = pol._update_priorities(ctx)
+        order = sorted(
+            (k for k, rq in pol._rqs.items() if rq.waiting),
+            key=lambda k: (prios[k], pol._rqs[k].arrival, k),
+        )
+        if not order:
+            return 1
+        if not ctx.running:
+            return 0
+        return 0 if pol._arrange(ctx, prios, order) else 1
+
+
+def register(register_policy: Callable[..., None]) -> None:
+    """Register ``relserve``, ``relserve-pp``, ``relserve-dp`` and ``vllm-sp``.
+
+    Constructors accept ``predictors=`` (a :class:`LatencyPredictors`) and RelServe option
+    keywords; without predictors they are fitted on first use (:func:`default_predictors`).
+    """
+    register_policy(
+        "relserve",
+        lambda **kw: RelServePolicy(variant="ada", **kw),
+        "RelServe (PVLDB): dynamic relQuery priorities + adaptive prefill/decode arrangement",
+    )
+    register_policy(
+        "relserve-pp",
+        lambda **kw: RelServePolicy(variant="pp", **kw),
+        "RelServe ablation: dynamic priorities, always prefill first",
+    )
+    register_policy(
+        "relserve-dp",
+        lambda **kw: RelServePolicy(variant="dp", **kw),
+        "RelServe ablation: dynamic priorities, decode first in the tail",
+    )
+    register_policy(
+        "vllm-sp",
+        VllmSPPolicy,
+        "vLLM-SP: vllm-v0 under a static relQuery priority sum(prompt + max_tokens)",
+    )
