@@ -391,16 +391,6 @@ for _metric in LOAD_METRICS:
     )
 
 
-def _register_reference_routers() -> None:
-    """The papers' routers register themselves here (ProServe's GoRouting)."""
-    from llmsched_gym.cluster import gorouting
-
-    gorouting.register(register_router)
-
-
-_register_reference_routers()
-
-
 def list_routers() -> dict[str, str]:
     """Registered router names with one-line descriptions."""
     return {name: help for name, (_, help) in _REGISTRY.items()}
@@ -419,3 +409,14 @@ def router_name(router: Any) -> str:
     """A router's display name (its ``name`` attribute, else its class name)."""
     name = getattr(router, "name", None)
     return name if isinstance(name, str) else type(router).__name__
+
+
+def _register_reference_routers() -> None:
+    """The papers' routers register themselves (ProServe's GoRouting, HexGen's dispatchers)."""
+    from llmsched_gym.cluster import gorouting, hexgen
+
+    gorouting.register(register_router)
+    hexgen.register(register_router)
+
+
+_register_reference_routers()

@@ -66,6 +66,11 @@ from llmsched_gym.policies import relserve as _relserve  # noqa: E402
 
 _relserve.register(register_policy)
 
+# HexGen-Text2SQL's local urgency queue and its ablations.
+from llmsched_gym.policies import hexgen as _hexgen  # noqa: E402
+
+_hexgen.register(register_policy)
+
 
 def list_policies() -> dict[str, str]:
     """Registered scheduler names with one-line descriptions."""

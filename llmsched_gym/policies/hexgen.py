@@ -1,0 +1,418 @@
+"""HexGen-Text2SQL's local urgency queue (paper §4.2, Eq. 5-7) and its evaluation metrics.
+
+Policy ``hexgen-pq`` runs vLLM V1's step (running requests first, FCFS preemption) but admits
+waiting requests in decreasing urgency, recomputed at every step:
+
+* Eq. 5, per-request SLO budget, fixed when the request's stage is released:
+  ``budget = (T_SLO - elapsed) * t_bar(q) / (t_bar(q) + sum t_bar(s) for s in remaining)``,
+  ``elapsed`` = stage release minus query arrival. ``remaining`` is the query's own copy of
+  Hexgen-Flow's 15-call ``STANDARD_WORKFLOW`` (each parallel stage once) with the stages it has
+  actually run consumed: a released stage of step ``k`` consumes the next ``k`` in the template
+  and drops the template entries it skipped (so remaining ``RV`` rounds are dropped once the
+  first ``UT`` runs, as in the code, and a missing ``KW`` is dropped when ``IR`` goes on).
+  The released stages come from the job's global state, so every instance sees the same
+  bookkeeping. ``template="shared"`` reproduces the code's shared list instead (NOTES §3.3 "Bug";
+  here one list per instance's policy).
+  ``t_bar`` is ``t_comp`` (Eq. 2) averaged over ``cost_models`` (default: this instance's); the
+  current request uses its prompt and predicted output, future stages their stage-typical pair.
+* Eq. 6: ``U = t_comp^m(q) - (budget - tau)`` with ``tau`` = now minus the stage release.
+* Eq. 7: highest urgency first (ties keep queue order). By default a request that does not fit
+  is skipped and the next one tried; ``head_of_line=True`` stops at it (the code's behaviour).
+
+``T_SLO`` is the job's end-to-end SLO (``slo_e2e_s``) unless ``slo_s`` fixes it (the code passes
+the base SLO whatever scale is evaluated).
+
+Metrics (:func:`hexgen_metrics`): per-query latency, SLO attainment vs SLO scale of the code's
+base SLO (:func:`hexgen_base_slo`), the minimum scale and deadline (s) reaching 95% / 99%, and
+throughput (completed queries / (last completion - first arrival)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from llmsched_gym.cluster.hexgen import StagePredictor, TCompModel, stage_abbr
+from llmsched_gym.core.engine import StepContext
+from llmsched_gym.core.request import Request
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.policies.vllm_v1 import VllmV1Policy
+from llmsched_gym.workloads.text2sql import STANDARD_WORKFLOW
+
+__all__ = [
+    "HexGenPQPolicy",
+    "TemplateState",
+    "eq5_budget",
+    "eq6_urgency",
+    "hexgen_base_slo",
+    "hexgen_metrics",
+    "register",
+    "slo_attainment",
+]
+
+TEMPLATES = ("per-query", "shared")
+
+
+def eq5_budget(t_slo: float, elapsed: float, t_bar: float, t_bar_remaining: float) -> float:
+    """Eq. 5: ``(T_SLO - elapsed) * t_bar / (t_bar + sum of remaining t_bar)``."""
+    total = t_bar + t_bar_remaining
+    return (t_slo - elapsed) * (t_bar / total if total > 0 else 1.0)
+
+
+def eq6_urgency(t_comp: float, budget: float, tau: float) -> float:
+    """Eq. 6: ``t_comp - (budget - tau)``."""
+    return t_comp - (budget - tau)
+
+
+class TemplateState:
+    """Remaining steps of one query's standard workflow (each parallel stage once).
+
+    Args:
+        template: Step abbreviations in workflow order (default ``STANDARD_WORKFLOW``).
+    """
+
+    def __init__(self, template: Sequence[str] = STANDARD_WORKFLOW) -> None:
+        self.remaining: list[str] = list(template)
+
+    def consume(self, abbr: str) -> None:
+        """A stage of step ``abbr`` started: drop the template up to and including its match.
+
+        No match (e.g. a fifth revise round) consumes nothing.
+        """
+        try:
+            i = self.remaining.index(abbr)
+        except ValueError:
+            return
+        if abbr == "UT" or abbr in ("GC", "GUT", "EV"):
+            del self.remaining[: i + 1]
+        else:
+            # IR/KW/RV: drop only skipped entries of the same phase before the match.
+            del self.remaining[i]
+            if abbr == "IR" and "KW" in self.remaining[:i]:
+                self.remaining.remove("KW")
+
+    def consume_shared(self, abbr: str) -> None:
+        """The code's rule: remove one ``abbr``; at a ``UT`` remove every ``RV``."""
+        if abbr == "UT":
+            self.remaining[:] = [a for a in self.remaining if a != "RV"]
+        if abbr in self.remaining:
+            self.remaining.remove(abbr)
+
+
+class HexGenPQPolicy(VllmV1Policy):
+    """Urgency-guided local priority queue (Eq. 5-7) on vLLM V1's step.
+
+    Args:
+        trace: Trace whose per-step means predict outputs and give stage-typical pairs.
+        cost_models: Cost models (objects or spec strings) averaged into ``t_bar`` (Eq. 5's mean
+            over instances); None uses this instance's.
+        slo_s: Fixed ``T_SLO`` in seconds; None uses each job's ``slo_e2e_s``.
+        head_of_line: Stop admitting at the most urgent request that does not fit (the code).
+        template: ``"per-query"`` (paper, default) or ``"shared"`` (the code's shared list).
+        fcfs: Admit in queue order instead (the WB+FCFS ablation through the same policy).
+        max_admit: Admit at most this many waiting requests per step (None: as many as fit).
+            ``1`` approximates Hexgen-Flow's engine, which prefills one request at a time
+            (NOTES §3.3), where the queue order matters far more than under vLLM's batching.
+    """
+
+    name = "hexgen-pq"
+
+    def __init__(
+        self,
+        trace: str = "trace3",
+        cost_models: Sequence[Any] | None = None,
+        slo_s: float | None = None,
+        head_of_line: bool = False,
+        template: str = "per-query",
+        fcfs: bool = False,
+        max_admit: int | None = None,
+    ) -> None:
+        super().__init__()
+        if template not in TEMPLATES:
+            raise ConfigError(f"template must be one of {TEMPLATES}, got {template!r}")
+        if slo_s is not None and not slo_s > 0:
+            raise ConfigError(f"slo_s must be > 0 or None, got {slo_s!r}")
+        self.trace = trace
+        self.predictor = StagePredictor(trace)
+        self.cost_models_given = cost_models
+        self.slo_s = slo_s
+        self.hol = bool(head_of_line)
+        self.template = template
+        self.fcfs = bool(fcfs)
+        if max_admit is not None and (isinstance(max_admit, bool) or int(max_admit) < 1):
+            raise ConfigError(f"max_admit must be an int >= 1 or None, got {max_admit!r}")
+        self.max_admit = None if max_admit is None else int(max_admit)
+        if self.fcfs:
+            self.name = "hexgen-fcfs"
+        # The engine's fast-forward test must not assume queue-order admission.
+        self.head_of_line = False
+        self._local: TCompModel | None = None
+        self._means: list[TCompModel] = []
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._queries: dict[tuple[str, int], TemplateState] = {}
+        self._seen_stages: set[tuple[str, str]] = set()
+        self._shared = TemplateState()
+        self._const: dict[str, tuple[float, float]] = {}
+        """Per request id: (t_comp on this instance, budget + release time)."""
+
+    def reset(self, engine: Any) -> None:
+        """Bind to the engine's cost model; forget per-run state."""
+        from llmsched_gym.cost.registry import load_cost_model
+
+        self._local = TCompModel(engine.cost_model)
+        if self.cost_models_given:
+            self._means = [
+                TCompModel(load_cost_model(m) if isinstance(m, str) else m)
+                for m in self.cost_models_given
+            ]
+        else:
+            self._means = [self._local]
+        self._reset_state()
+
+    def t_bar(self, input_len: int, output_len: int) -> float:
+        """Eq. 5's ``t_bar``: Eq. 2 averaged over the configured cost models."""
+        return sum(m(input_len, output_len) for m in self._means) / len(self._means)
+
+    def _remaining_t_bar(self, steps: Iterable[str]) -> float:
+        return sum(self.t_bar(*self.predictor.typical(a)) for a in steps)
+
+    def _remaining_steps(self, job: Any) -> list[str]:
+        """Template steps left after the job's released stages (its current one included).
+
+        Per query (default): the job's released stages, all instances' alike
+        (``JobState.stages_released``), replayed on a fresh template. Shared (the code's bug):
+        one list for every query this policy sees, each newly seen stage consumed once.
+        """
+        released = job.stages_released
+        if self.template == "shared":
+            for name in released:
+                key = (job.job_id, name)
+                if key not in self._seen_stages:
+                    self._seen_stages.add(key)
+                    self._shared.consume_shared(name.rstrip("0123456789"))
+            return self._shared.remaining
+        key = (job.job_id, len(released))
+        cached = self._queries.get(key)
+        if cached is None:
+            state = TemplateState()
+            for name in released:
+                state.consume(name.rstrip("0123456789"))
+            cached = self._queries[key] = state
+        return cached.remaining
+
+    def _constants(self, req: Request, ctx: StepContext) -> tuple[float, float]:
+        """(t_comp on this instance, budget + release time) of ``req``, computed once."""
+        c = self._const.get(req.request_id)
+        if c is not None:
+            return c
+        abbr = stage_abbr(req.request_id)
+        out = self.predictor.output(abbr)
+        assert self._local is not None
+        t_comp = self._local(req.num_prompt_tokens, out)
+        job = ctx.job(req)
+        release = req.arrival_time
+        if job is None or abbr is None:
+            budget = math.inf if job is None or job.slo_e2e_s is None else job.slo_e2e_s
+        else:
+            remaining = self._remaining_steps(job)
+            t_slo = self.slo_s if self.slo_s is not None else job.slo_e2e_s
+            if t_slo is None:
+                budget = math.inf
+            else:
+                elapsed = release - job.arrival_time
+                t_bar = self.t_bar(req.num_prompt_tokens, out)
+                budget = eq5_budget(t_slo, elapsed, t_bar, self._remaining_t_bar(remaining))
+        c = (t_comp, budget + release)
+        self._const[req.request_id] = c
+        return c
+
+    def urgency(self, req: Request, ctx: StepContext) -> float:
+        """Eq. 6 of a waiting request now."""
+        t_comp, budget_plus_release = self._constants(req, ctx)
+        budget = budget_plus_release - req.arrival_time
+        return eq6_urgency(t_comp, budget, ctx.now - req.arrival_time)
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Running requests as vLLM V1, then admit waiting ones by urgency (Eq. 7)."""
+        self._schedule_running(ctx)
+        if ctx.preempted:
+            return
+        waiting = ctx.waiting
+        if not waiting:
+            return
+        if self.fcfs:
+            order = list(waiting)
+        else:
+            keyed = [(-self.urgency(r, ctx), i, r) for i, r in enumerate(waiting)]
+            keyed.sort(key=lambda x: (x[0], x[1]))
+            order = [r for _, _, r in keyed]
+        running = ctx.running
+        threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        admitted = 0
+        for req in order:
+            if ctx.token_budget <= 0 or len(running) >= ctx.max_num_seqs:
+                break
+            if self.max_admit is not None and admitted >= self.max_admit:
+                break
+            if ctx.surely_blocked(req):
+                if self.hol or self.fcfs:
+                    break
+                continue
+            hit = ctx.lookup(req)
+            n = req.num_tokens - hit[1]
+            if 0 < threshold < n:
+                n = threshold
+            if ctx.admit(req, min(n, ctx.token_budget), hit=hit) is None:
+                if self.hol or self.fcfs:
+                    break
+                continue
+            admitted += 1
+
+    def _schedule_running(self, ctx: StepContext) -> None:
+        """vLLM V1's phase (a) (FCFS preemption of the last admitted)."""
+        config = ctx.config
+        threshold = config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        running = ctx.running
+        i = 0
+        while i < len(running) and ctx.token_budget > 0:
+            req = running[i]
+            n = req.num_tokens - req.num_computed_tokens
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, ctx.token_budget)
+            if n <= 0:
+                i += 1
+                continue
+            ok = True
+            while not ctx.schedule_running(req, n):
+                victim = running[-1]
+                ctx.preempt(victim)
+                if victim is req:
+                    ok = False
+                    break
+            if not ok:
+                break
+            i += 1
+
+    def on_finish(self, req: Request, now: float) -> None:
+        """Drop the request's cached constants."""
+        self._const.pop(req.request_id, None)
+
+
+# -- metrics -------------------------------------------------------------------------------------
+
+
+def hexgen_base_slo(cost_models: Sequence[Any], trace: str = "trace3") -> float:
+    """The code's base SLO: the 15-call template's single-request latencies, mean over GPUs.
+
+    ``sum over STANDARD_WORKFLOW of mean over deployed instances of the single-request latency at
+    the stage-typical pair`` (NOTES §3.4) = the mean of ``base_slo_s`` over the instances.
+
+    Args:
+        cost_models: One cost model (or spec string) per deployed instance.
+        trace: Trace of the stage-typical lengths.
+    """
+    from llmsched_gym.workloads.text2sql import base_slo_s
+
+    if not cost_models:
+        raise ConfigError("hexgen_base_slo needs at least one cost model")
+    return float(np.mean([base_slo_s(m, trace) for m in cost_models]))
+
+
+def slo_attainment(latencies: np.ndarray, base_s: float, scales: np.ndarray) -> np.ndarray:
+    """Fraction of queries with latency <= scale * base, per scale (NaN latency = miss)."""
+    lat = np.nan_to_num(np.asarray(latencies, dtype=np.float64), nan=np.inf)
+    if lat.size == 0:
+        return np.zeros(len(scales))
+    return np.array([(lat <= s * base_s).mean() for s in np.asarray(scales)], dtype=np.float64)
+
+
+def _min_scale(latencies: np.ndarray, base_s: float, target: float) -> float:
+    """Smallest scale s with attainment >= target (exact, from the latency quantile)."""
+    lat = np.sort(np.nan_to_num(np.asarray(latencies, dtype=np.float64), nan=np.inf))
+    if lat.size == 0:
+        return math.inf
+    k = max(1, math.ceil(target * lat.size - 1e-9))
+    return float(lat[k - 1] / base_s)
+
+
+def hexgen_metrics(
+    result: Any,
+    base_s: float,
+    scales: Sequence[float] | None = None,
+    window: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """HexGen-Text2SQL metrics of one cluster run.
+
+    Args:
+        result: A ``ClusterResult`` (or anything with a ``jobs`` DataFrame) of a text2sql run.
+        base_s: Base SLO in seconds (:func:`hexgen_base_slo`).
+        scales: SLO scales of the attainment curve (default 1.0-20.0 by 0.1).
+        window: Arrival-order slice of queries to score (``calculate_and_plot.py`` uses
+            (25, 75)); None scores all.
+
+    Returns:
+        ``latency_s`` (per query, arrival order; NaN unfinished), ``scales``, ``attainment``,
+        ``min_scale_95``/``min_scale_99`` and ``deadline_95_s``/``deadline_99_s`` (= scale x
+        base), ``throughput_qps``, ``mean_latency_s``, ``num_queries``, ``num_finished``.
+    """
+    jobs = result.jobs
+    if jobs is None or len(jobs) == 0:
+        raise ConfigError("hexgen_metrics needs a run with jobs")
+    lat_all = jobs["latency_s"].to_numpy(np.float64)
+    arrival = jobs["arrival_time_s"].to_numpy(np.float64)
+    finish = jobs["finish_time_s"].to_numpy(np.float64)
+    sel = slice(None) if window is None else slice(*window)
+    lat = lat_all[sel]
+    grid = np.round(np.arange(1.0, 20.0001, 0.1), 4) if scales is None else np.asarray(scales)
+    done = np.isfinite(finish)
+    span = float(np.nanmax(finish) - np.nanmin(arrival)) if done.any() else math.nan
+    s95 = _min_scale(lat, base_s, 0.95)
+    s99 = _min_scale(lat, base_s, 0.99)
+    return {
+        "latency_s": lat,
+        "scales": grid,
+        "attainment": slo_attainment(lat, base_s, grid),
+        "min_scale_95": s95,
+        "min_scale_99": s99,
+        "deadline_95_s": s95 * base_s,
+        "deadline_99_s": s99 * base_s,
+        "throughput_qps": float(done.sum() / span) if span and span > 0 else math.nan,
+        "mean_latency_s": float(np.nanmean(lat)) if np.isfinite(lat).any() else math.nan,
+        "num_queries": int(lat.size),
+        "num_finished": int(np.isfinite(lat).sum()),
+    }
+
+
+def register(register_policy: Any) -> None:
+    """Register ``hexgen-pq`` (paper), ``hexgen-pq-hol`` and ``hexgen-pq-code`` (code's choices).
+
+    Args:
+        register_policy: ``llmsched_gym.policies.registry.register_policy``.
+    """
+    register_policy("hexgen-pq", HexGenPQPolicy, "HexGen-Text2SQL urgency queue (Eq. 5-7)")
+    register_policy(
+        "hexgen-pq-hol",
+        lambda **kw: HexGenPQPolicy(head_of_line=True, **kw),
+        "HexGen-Text2SQL urgency queue, head-of-line blocking (Hexgen-Flow's engine)",
+    )
+    register_policy(
+        "hexgen-pq-serial",
+        lambda **kw: HexGenPQPolicy(max_admit=1, **kw),
+        "HexGen-Text2SQL urgency queue, one admission per step (Hexgen-Flow's serial prefill)",
+    )
+    register_policy(
+        "hexgen-fcfs-serial",
+        lambda **kw: HexGenPQPolicy(fcfs=True, max_admit=1, **kw),
+        "FCFS with one admission per step (the serial-prefill FCFS baseline)",
+    )
+    register_policy(
+        "hexgen-pq-code",
+        lambda **kw: HexGenPQPolicy(head_of_line=True, template="shared", **kw),
+        "HexGen-Text2SQL urgency queue as coded (shared template list, head-of-line)",
+    )
