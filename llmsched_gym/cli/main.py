@@ -489,7 +489,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="A vLLM-exact discrete-event simulator and gym for LLM-serving scheduling.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sched_help = "local scheduler: " + "; ".join(f"{k} ({v})" for k, v in list_policies().items())
+    sched_help = (
+        "local scheduler: "
+        + "; ".join(f"{k} ({v})" for k, v in list_policies(include_reference=False).items())
+        + "; and the reference agents' (infermax:*, proserve*, relserve*, vllm-sp, hexgen-*: "
+        "see 'llmsched-gym list schedulers')"
+    )
 
     p = sub.add_parser(
         "simulate",

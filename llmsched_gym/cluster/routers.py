@@ -393,11 +393,14 @@ for _metric in LOAD_METRICS:
 
 def list_routers() -> dict[str, str]:
     """Registered router names with one-line descriptions."""
+    _load_reference_routers()
     return {name: help for name, (_, help) in _REGISTRY.items()}
 
 
 def make_router(name: str, **kwargs: Any) -> Any:
     """Build a registered router; unknown names list the choices."""
+    if name not in _REGISTRY:
+        _load_reference_routers()
     if name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), _REGISTRY, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -411,12 +414,15 @@ def router_name(router: Any) -> str:
     return name if isinstance(name, str) else type(router).__name__
 
 
-def _register_reference_routers() -> None:
-    """The papers' routers register themselves (ProServe's GoRouting, HexGen's dispatchers)."""
-    from llmsched_gym.cluster import gorouting, hexgen
-
-    gorouting.register(register_router)
-    hexgen.register(register_router)
+_reference_loaded = False
 
 
-_register_reference_routers()
+def _load_reference_routers() -> None:
+    """Register the papers' routers (ProServe's GoRouting, HexGen's dispatchers) on first need."""
+    global _reference_loaded
+    if not _reference_loaded:
+        _reference_loaded = True
+        from llmsched_gym.cluster import gorouting, hexgen
+
+        gorouting.register(register_router)
+        hexgen.register(register_router)

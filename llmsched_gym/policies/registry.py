@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 
 from llmsched_gym.core.engine import SchedulingPolicy
@@ -41,44 +42,61 @@ for _key in STATIC_KEYS:
         + (" (oracle)" if STATIC_KEYS[_key][1] else ""),
     )
 
-# InferMax (Kim et al.) unified scheduler presets: Table 1 rows (+ "-ef"), ranked, evict-short.
-from llmsched_gym.policies.infermax import PRESET_HELP as _IM_HELP  # noqa: E402
-from llmsched_gym.policies.infermax import PRESETS as _IM_PRESETS  # noqa: E402
-from llmsched_gym.policies.infermax import make_infermax_policy  # noqa: E402
 
-for _preset, _im_cfg in _IM_PRESETS.items():
-    _base = _preset.removesuffix("-ef")
-    register_policy(
-        f"infermax:{_preset}",
-        lambda _p=_preset, **kw: make_infermax_policy(_p, **kw),
-        _IM_HELP[_base]
-        + (" + eviction-free I+O-1 reservation" if _preset.endswith("-ef") else "")
-        + (" (oracle)" if _im_cfg.oracle else ""),
-    )
+def _register_infermax(register: Callable[..., None]) -> None:
+    """InferMax (Kim et al.): Table 1 rows (+ "-ef"), ranked schedulers, evict-short."""
+    from llmsched_gym.policies.infermax import PRESET_HELP, PRESETS, make_infermax_policy
 
-# ProServe (SlideBatching, its ablations) and the baselines it compares against.
-from llmsched_gym.policies import proserve as _proserve  # noqa: E402
-
-_proserve.register(register_policy)
-
-# RelServe (its DPU + ABA, the PP and DP ablations) and vLLM-SP.
-from llmsched_gym.policies import relserve as _relserve  # noqa: E402
-
-_relserve.register(register_policy)
-
-# HexGen-Text2SQL's local urgency queue and its ablations.
-from llmsched_gym.policies import hexgen as _hexgen  # noqa: E402
-
-_hexgen.register(register_policy)
+    for preset, cfg in PRESETS.items():
+        base = preset.removesuffix("-ef")
+        register(
+            f"infermax:{preset}",
+            lambda _p=preset, **kw: make_infermax_policy(_p, **kw),
+            PRESET_HELP[base]
+            + (" + eviction-free I+O-1 reservation" if preset.endswith("-ef") else "")
+            + (" (oracle)" if cfg.oracle else ""),
+        )
 
 
-def list_policies() -> dict[str, str]:
-    """Registered scheduler names with one-line descriptions."""
+def _register_module(module: str) -> Callable[[Callable[..., None]], None]:
+    def register(register_fn: Callable[..., None]) -> None:
+        importlib.import_module(module).register(register_fn)
+
+    return register
+
+
+_REFERENCE_AGENTS: tuple[Callable[[Callable[..., None]], None], ...] = (
+    _register_infermax,
+    _register_module("llmsched_gym.policies.proserve"),  # SlideBatching, ablations, baselines
+    _register_module("llmsched_gym.policies.relserve"),  # DPU + ABA, PP/DP, vLLM-SP
+    _register_module("llmsched_gym.policies.hexgen"),  # urgency queue and its ablations
+)
+"""The reference agents' schedulers, registered on first need (a plain run never imports them)."""
+_reference_loaded = False
+
+
+def _load_reference_agents() -> None:
+    global _reference_loaded
+    if not _reference_loaded:
+        _reference_loaded = True
+        for register in _REFERENCE_AGENTS:
+            register(register_policy)
+
+
+def list_policies(include_reference: bool = True) -> dict[str, str]:
+    """Registered scheduler names with one-line descriptions.
+
+    ``include_reference=False`` leaves out the reference agents not loaded yet (cheap).
+    """
+    if include_reference:
+        _load_reference_agents()
     return {name: help for name, (_, help) in _REGISTRY.items()}
 
 
 def make_policy(name: str, **kwargs) -> SchedulingPolicy:
     """Build a registered scheduler; unknown names list the choices."""
+    if name not in _REGISTRY:
+        _load_reference_agents()
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, _REGISTRY, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
