@@ -7,4 +7,6 @@ models (``llmsched_gym.cost``) turn each batch into seconds.
 
 __version__ = "0.1.0"
 
-import llmsched_gym.envs  # noqa: E402,F401 - registers llmsched/<Task>-<Scenario>-v0 with Gymnasium
+from llmsched_gym import _gym_hook  # noqa: E402
+
+_gym_hook.install()  # registers llmsched/<Task>-<Scenario>-v0 with Gymnasium (when imported)
