@@ -352,7 +352,7 @@ class LLMSchedEnv(gym.Env):
         if self.engine is None:
             return None
         eng = self.engine
-        usage = 1.0 - eng.kv.pool.num_free / max(1, self.config.num_gpu_blocks - 1)
+        usage = eng.kv.pool.usage()
         lines = [
             f"{self.task} t={eng.now:.3f}s step={eng.num_steps} decisions={self._num_env_steps} "
             f"running={len(eng.running)} waiting={len(eng.waiting)} kv={usage:.0%} "

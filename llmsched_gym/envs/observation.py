@@ -123,7 +123,6 @@ class Observer:
         cfg = engine.config
         self._m = float(cfg.max_num_batched_tokens)
         self._seqs = float(cfg.max_num_seqs)
-        self._usable = float(max(1, cfg.num_gpu_blocks - 1))
         f = self.num_features
         # Per visible-row count: the mask, and the zeros that pad the table to top_k rows.
         self._masks = [
@@ -154,7 +153,7 @@ class Observer:
             now / (now + 600.0) if now > 0 else 0.0,
             nw / (nw + 64.0),
             min(1.0, nr / seqs),
-            1.0 - kv.pool.num_free / self._usable,
+            kv.pool.usage(),
             min(1.0, hit_rate),
             w_tokens / (w_tokens + m),
             r_tokens / (r_tokens + m),

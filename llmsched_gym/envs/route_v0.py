@@ -578,7 +578,7 @@ class RouteEnv(LLMSchedEnv):
         cands = set(self._candidates)
         for x in self.cluster.instances:
             e = x.engine
-            usage = 1.0 - e.kv.num_free_blocks / max(1, e.config.num_gpu_blocks - 1)
+            usage = e.kv.pool.usage()
             backlog = self.views[x.index].backlog_s if self.views else 0.0
             lines.append(
                 f"  [{x.index}]{'*' if x.index in cands else ' '} {x.name:<10} {x.role:<7} "

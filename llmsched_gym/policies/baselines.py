@@ -42,8 +42,11 @@ class VllmV0Policy(SchedulingPolicy):
     fast_forward_safe = True
     head_of_line = True
 
-    def schedule(self, ctx: StepContext) -> None:
-        """Admit whole prefills if any fit; otherwise decode every running request."""
+    def admit_whole_prefills(self, ctx: StepContext) -> bool:
+        """Admit waiting requests in queue order with their whole prompt while they fit.
+
+        Returns whether any was admitted (then the step is prefill-only).
+        """
         waiting, running = ctx.waiting, ctx.running
         admitted = False
         while waiting and len(running) < ctx.max_num_seqs:
@@ -52,15 +55,21 @@ class VllmV0Policy(SchedulingPolicy):
             n = req.num_tokens - hit[1]
             if n > ctx.config.max_num_batched_tokens:
                 raise PolicyError(
-                    f"vllm-v0 cannot chunk prefills: request {req.request_id!r} needs {n} tokens "
-                    f"in one step but max_num_batched_tokens={ctx.config.max_num_batched_tokens}; "
-                    "raise max_num_batched_tokens or use a chunking scheduler (vllm-v1, sarathi)"
+                    f"{self.name} cannot chunk prefills: request {req.request_id!r} needs {n} "
+                    "tokens in one step but max_num_batched_tokens="
+                    f"{ctx.config.max_num_batched_tokens}; raise max_num_batched_tokens or use a "
+                    "chunking scheduler (vllm-v1, sarathi)"
                 )
             if n > ctx.token_budget or ctx.admit(req, n, hit=hit) is None:
                 break
             admitted = True
-        if admitted:
+        return admitted
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Admit whole prefills if any fit; otherwise decode every running request."""
+        if self.admit_whole_prefills(ctx):
             return
+        running = ctx.running
         for req in list(running):
             if req not in running or ctx.token_budget == 0:
                 continue

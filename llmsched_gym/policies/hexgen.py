@@ -239,7 +239,7 @@ class HexGenPQPolicy(VllmV1Policy):
 
     def schedule(self, ctx: StepContext) -> None:
         """Running requests as vLLM V1, then admit waiting ones by urgency (Eq. 7)."""
-        self._schedule_running(ctx)
+        self.schedule_running_phase(ctx, priority=False)  # FCFS victims, whatever the queue
         if ctx.preempted:
             return
         waiting = ctx.waiting
@@ -272,32 +272,6 @@ class HexGenPQPolicy(VllmV1Policy):
                     break
                 continue
             admitted += 1
-
-    def _schedule_running(self, ctx: StepContext) -> None:
-        """vLLM V1's phase (a) (FCFS preemption of the last admitted)."""
-        config = ctx.config
-        threshold = config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
-        running = ctx.running
-        i = 0
-        while i < len(running) and ctx.token_budget > 0:
-            req = running[i]
-            n = req.num_tokens - req.num_computed_tokens
-            if 0 < threshold < n:
-                n = threshold
-            n = min(n, ctx.token_budget)
-            if n <= 0:
-                i += 1
-                continue
-            ok = True
-            while not ctx.schedule_running(req, n):
-                victim = running[-1]
-                ctx.preempt(victim)
-                if victim is req:
-                    ok = False
-                    break
-            if not ok:
-                break
-            i += 1
 
     def on_finish(self, req: Request, now: float) -> None:
         """Drop the request's cached constants."""

@@ -371,21 +371,9 @@ class VllmSPPolicy(VllmV0Policy):
 
     def schedule(self, ctx: StepContext) -> None:
         """Prefill-first (``vllm-v0``); without prefills, priority preemption, then decode."""
-        waiting, running = ctx.waiting, ctx.running
-        admitted = False
-        while waiting and len(running) < ctx.max_num_seqs:
-            req = waiting.peek()
-            hit = ctx.lookup(req)
-            n = req.num_tokens - hit[1]
-            if n > ctx.config.max_num_batched_tokens:
-                raise PolicyError(
-                    f"vllm-sp cannot chunk prefills: request {req.request_id!r} needs {n} tokens"
-                )
-            if n > ctx.token_budget or ctx.admit(req, n, hit=hit) is None:
-                break
-            admitted = True
-        if admitted:
+        if self.admit_whole_prefills(ctx):
             return
+        waiting, running = ctx.waiting, ctx.running
         if waiting and running:  # vLLM 0.6.6 _schedule_priority_preemption (no prefill this step)
             head = waiting.peek()
             hk = self.priority_key(head)

@@ -40,12 +40,14 @@ class VllmV1Policy(SchedulingPolicy):
         """Priority-policy preemption order: the max is preempted (vLLM: priority, arrival)."""
         return (req.priority, req.arrival_time)
 
-    def schedule(self, ctx: StepContext) -> None:
-        """One ``Scheduler.schedule()`` call."""
-        config = ctx.config
-        priority = self.queue_policy(config) == "priority"
+    def schedule_running_phase(self, ctx: StepContext, priority: bool) -> None:
+        """vLLM's first phase: running requests in order, preempting on block shortage.
+
+        The victim is the last admitted (FCFS) or, with ``priority``, the max of ``victim_key``;
+        a request that preempts itself ends the phase (vLLM 0.32), or not under vLLM 0.33's rule.
+        """
         continue_after_self = priority and self.preemption_rule == "0.33"
-        threshold = config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
         running = ctx.running
         i = 0
         while i < len(running) and ctx.token_budget > 0:
@@ -75,8 +77,14 @@ class VllmV1Policy(SchedulingPolicy):
                     continue  # req left running; the next request now sits at index i
                 break
             i += 1
+
+    def schedule(self, ctx: StepContext) -> None:
+        """One ``Scheduler.schedule()`` call."""
+        self.schedule_running_phase(ctx, self.queue_policy(ctx.config) == "priority")
         if ctx.preempted:
             return
+        threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        running = ctx.running
         waiting = ctx.waiting
         while ctx.token_budget > 0 and waiting and len(running) < ctx.max_num_seqs:
             req = waiting.peek()
