@@ -480,6 +480,45 @@ def _show_workload(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.backend != "torch":
+        raise ConfigError(f"calibrate: unknown backend {args.backend!r}")
+    from llmsched_gym.cost import torch_fit
+
+    out = Path(args.out)
+    if args.from_dir:
+        folders = [Path(d) for d in args.from_dir]
+    else:
+        from llmsched_gym.cost import torch_profile
+
+        torch = torch_profile._import_torch()
+        folders = []
+        for cfg in torch_profile.configs_from_args(args, torch.cuda.is_available()):
+            print(f"measuring {cfg.model} on {cfg.device} ...", flush=True)
+            folders.append(torch_profile.run_profile(cfg, out / cfg.model, progress=True))
+    for folder in folders:
+        meas = torch_fit.load_measurements(folder)
+        tf = torch_fit.fit_measurements(meas, seed=args.seed)
+        stem = torch_fit.profile_name(meas)[0].replace(":", "-").replace("@", "-")
+        stem = stem.replace("/", "-")
+        dest = out if args.from_dir else folder
+        written = torch_fit.write_fit_outputs(
+            tf,
+            Path(args.profile_dir or dest) / f"{stem}.yaml",
+            Path(args.report_dir or dest) / f"{stem}.md",
+            vidur_dir=args.vidur_dir,
+        )
+        h, c = tf.fit.heldout, tf.composition
+        print(
+            f"{meas.meta['model']}: {meas.steps.num_batches} measured steps; held-out MAPE "
+            f"{h.mape_pct:.2f}% (max {h.max_ape_pct:.1f}%), operator composition MAPE "
+            f"{c.mape_pct:.2f}%"
+        )
+        for kind, path in written.items():
+            print(f"  {kind}: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
     from llmsched_gym.policies.registry import list_policies
@@ -562,6 +601,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE", help="write a prompt/output length histogram here")
     p.add_argument("--seed", type=int, default=None, help="seed of a scenario's generator")
     p.set_defaults(func=_cmd_workloads)
+
+    p = sub.add_parser(
+        "calibrate",
+        help="measure a model's engine steps on this machine and fit a cost profile",
+        description="--backend torch: build a Llama-style model from its config with random "
+        "weights, time its operators and whole engine steps over a designed grid (CUDA graphs "
+        "and events on a GPU, perf_counter on a CPU), fit the linear cost profile on 80%% of the "
+        "measured steps, and report the held-out error by batch kind and token range, with a "
+        "plot. --from DIR refits existing measurements (operators.csv, steps.csv, meta.json) "
+        "without torch.",
+    )
+    p.add_argument("--backend", choices=("torch",), default="torch", help="what to measure")
+    from llmsched_gym.cost import torch_profile
+
+    torch_profile.add_arguments(p)
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        action="append",
+        metavar="DIR",
+        help="fit these measurement folders instead of measuring (repeatable)",
+    )
+    p.add_argument(
+        "--out", default="out/calibrate", metavar="DIR", help="output folder"
+    )
+    p.add_argument("--profile-dir", metavar="DIR", help="write the profile YAML here instead")
+    p.add_argument("--report-dir", metavar="DIR", help="write the report and plot here instead")
+    p.add_argument(
+        "--vidur-dir",
+        metavar="DIR",
+        help="Vidur's data/profiling folder, to cross-check operator times in the report",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the train / held-out split")
+    p.set_defaults(func=_cmd_calibrate)
 
     p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
     p.add_argument(

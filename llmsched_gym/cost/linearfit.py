@@ -16,7 +16,7 @@ Three pieces, shared by :meth:`RooflineCostModel.linearize` and the Vidur fittin
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -244,6 +244,8 @@ class FitResult:
     heldout: FitStats
     seed: int
     heldout_fraction: float
+    heldout_index: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """Row indices of the held-out split (in the order of the fitted arrays)."""
 
     def to_dict(self) -> dict[str, object]:
         """Plain-data summary (for YAML profiles and reports)."""
@@ -308,4 +310,5 @@ def fit_linear(
         heldout=FitStats.of(pred[held], y[held]),
         seed=seed,
         heldout_fraction=heldout_fraction,
+        heldout_index=np.sort(held),
     )

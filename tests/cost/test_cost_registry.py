@@ -60,8 +60,13 @@ def test_every_shipped_profile_loads_with_provenance(name):
     assert isinstance(model, ProfiledLinearCostModel) and model.name == name
     assert model.model and model.gpu and model.tp
     assert model.c0 > 0 and all(v >= 0 for v in model.coefficients().values())
-    assert "7d47513363ec447a741ac5e47241580b47724fbf" in model.source["data"]
-    assert model.fit["heldout"]["mape_pct"] < 10.0
+    if name.startswith("vidur:"):
+        assert "7d47513363ec447a741ac5e47241580b47724fbf" in model.source["data"]
+        assert model.fit["heldout"]["mape_pct"] < 10.0
+    else:  # measured on a GPU by `llmsched-gym calibrate --backend torch`
+        assert name.startswith("torch:")
+        assert model.source["hardware"]["gpu_name"] and model.source["hardware"]["torch"]
+        assert 0 < model.fit["heldout"]["mape_pct"] < 100.0
     assert model.num_gpu_blocks(16, 0.9) > 0
     info = profile_info(name)
     assert (info.kind, info.model, info.gpu, info.tp) == (
