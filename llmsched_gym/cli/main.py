@@ -481,6 +481,10 @@ def _show_workload(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.backend == "vllm":
+        from llmsched_gym.cli import live as live_cli
+
+        return live_cli.run_calibrate_vllm(args)
     if args.backend != "torch":
         raise ConfigError(f"calibrate: unknown backend {args.backend!r}")
     from llmsched_gym.cost import torch_fit
@@ -605,17 +609,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "calibrate",
         help="measure a model's engine steps on this machine and fit a cost profile",
-        description="--backend torch: build a Llama-style model from its config with random "
-        "weights, time its operators and whole engine steps over a designed grid (CUDA graphs "
-        "and events on a GPU, perf_counter on a CPU), fit the linear cost profile on 80%% of the "
-        "measured steps, and report the held-out error by batch kind and token range, with a "
-        "plot. --from DIR refits existing measurements (operators.csv, steps.csv, meta.json) "
-        "without torch.",
+        description=(
+            "--backend vllm: drive a live vLLM engine (see .ci/setup_vllm_venv.sh) through a "
+            "designed grid of batch compositions and fit the profile from its measured steps "
+            "(options --vllm-*). --backend torch: build a Llama-style model from its config with "
+            "random weights, time its operators and whole engine steps over a designed grid "
+            "(CUDA graphs and events on a GPU, perf_counter on a CPU), fit the linear cost "
+            "profile on 80%% of the measured steps, and report the held-out error by batch kind "
+            "and token range, with a plot. --from DIR refits existing measurements "
+            "(operators.csv, steps.csv, meta.json) without torch."
+        ),
     )
-    p.add_argument("--backend", choices=("torch",), default="torch", help="what to measure")
+    p.add_argument("--backend", choices=("torch", "vllm"), default="torch", help="what to measure")
+    from llmsched_gym.cli import live as live_cli
     from llmsched_gym.cost import torch_profile
 
     torch_profile.add_arguments(p)
+    live_cli.add_calibrate_vllm_args(p)
     p.add_argument(
         "--from",
         dest="from_dir",
@@ -623,9 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="fit these measurement folders instead of measuring (repeatable)",
     )
-    p.add_argument(
-        "--out", default="out/calibrate", metavar="DIR", help="output folder"
-    )
+    p.add_argument("--out", default="out/calibrate", metavar="DIR", help="output folder")
     p.add_argument("--profile-dir", metavar="DIR", help="write the profile YAML here instead")
     p.add_argument("--report-dir", metavar="DIR", help="write the report and plot here instead")
     p.add_argument(
@@ -635,6 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the train / held-out split")
     p.set_defaults(func=_cmd_calibrate)
+    live_cli.add_validate_parser(sub)
 
     p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
     p.add_argument(

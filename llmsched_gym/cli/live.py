@@ -1,0 +1,245 @@
+"""CLI pieces of the live vLLM backend: ``calibrate --backend vllm`` and ``validate``.
+
+``llmsched_gym.cli.main`` wires them in. Nothing here imports vLLM until a command runs, so the
+parser builds without it; a missing vLLM is reported with what to install.
+
+``calibrate`` shares its parser with ``--backend torch``, so the live backend's options carry a
+``--vllm-`` prefix there; ``validate`` is its own subcommand and uses plain names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmsched_gym.backends.vllm._deps import INSTALL_HINT
+
+__all__ = ["add_calibrate_vllm_args", "add_validate_parser", "run_calibrate_vllm", "run_validate"]
+
+DEFAULT_CALIBRATION_DIR = "calibration/vllm"
+DEFAULT_PROFILE = "calibration/vllm/profile.yaml"
+
+
+def _add_engine_args(parser: argparse.ArgumentParser | Any, prefix: str = "") -> None:
+    """Live engine and model settings (vLLM's names; defaults fit a 2-core CPU)."""
+    p = f"--{prefix}"
+    parser.add_argument(f"{p}max-num-batched-tokens", type=int, default=512, metavar="N")
+    parser.add_argument(f"{p}max-num-seqs", type=int, default=32, metavar="N")
+    parser.add_argument(
+        f"{p}block-size", type=int, default=32, metavar="N", help="KV block size (CPU: x32)"
+    )
+    parser.add_argument(
+        f"{p}num-gpu-blocks",
+        type=int,
+        default=513,
+        metavar="N",
+        help="KV blocks including vLLM's null block",
+    )
+    parser.add_argument(f"{p}max-model-len", type=int, default=1024, metavar="N")
+    parser.add_argument(
+        f"{p}no-prefix-caching", action="store_true", help="disable vLLM's prefix caching"
+    )
+    parser.add_argument(
+        f"{p}model",
+        default=None,
+        metavar="PATH",
+        help="a model vLLM can load (default: a tiny Llama with random weights)",
+    )
+    parser.add_argument(f"{p}hidden-size", type=int, default=256, metavar="N", help="tiny model")
+    parser.add_argument(f"{p}num-layers", type=int, default=2, metavar="N", help="tiny model")
+    parser.add_argument(
+        f"{p}dtype", default=None, help="model dtype (default: float32 on the CPU build)"
+    )
+    parser.add_argument(f"{p}device", default=None, help="vLLM device (default: vLLM's choice)")
+    parser.add_argument(
+        f"{p}timer",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="step timer: wall clock, or this process's CPU time (shared machines)",
+    )
+
+
+def _engine_config(args: argparse.Namespace, prefix: str = "") -> Any:
+    from llmsched_gym.backends.vllm.engine import LiveEngineConfig
+    from llmsched_gym.backends.vllm.model import TinyModelSpec
+    from llmsched_gym.config import EngineConfig
+
+    def get(name: str) -> Any:
+        return getattr(args, (prefix + name).replace("-", "_"))
+
+    hidden = get("hidden-size")
+    return LiveEngineConfig(
+        engine=EngineConfig(
+            max_num_batched_tokens=get("max-num-batched-tokens"),
+            max_num_seqs=get("max-num-seqs"),
+            block_size=get("block-size"),
+            num_gpu_blocks=get("num-gpu-blocks"),
+            enable_prefix_caching=not get("no-prefix-caching"),
+        ),
+        max_model_len=get("max-model-len"),
+        model=get("model"),
+        tiny=TinyModelSpec(
+            hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=get("num-layers")
+        ),
+        dtype=get("dtype"),
+        device=get("device"),
+    )
+
+
+def add_calibrate_vllm_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--backend vllm`` options to the ``calibrate`` parser (all ``--vllm-`` prefixed)."""
+    g = parser.add_argument_group("--backend vllm (live vLLM engine)")
+    g.add_argument(
+        "--vllm-repeats",
+        type=int,
+        default=3,
+        metavar="N",
+        help="runs of the probe design; each composition's median time is one fitting row",
+    )
+    g.add_argument(
+        "--vllm-grid-scale",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="thin the probe grid (< 1) for a quick run",
+    )
+    g.add_argument(
+        "--vllm-out",
+        default=DEFAULT_CALIBRATION_DIR,
+        metavar="DIR",
+        help="where profile.yaml, report.md and steps.csv go",
+    )
+    _add_engine_args(g, prefix="vllm-")
+
+
+def _no_vllm(command: str, err: ImportError) -> int:
+    print(f"llmsched-gym {command}: error: {err}", file=sys.stderr)
+    return 2
+
+
+def run_calibrate_vllm(args: argparse.Namespace) -> int:
+    """``llmsched-gym calibrate --backend vllm``: measure, fit, write; print the held-out MAPE."""
+    from llmsched_gym.backends.vllm.calibrate import calibrate, write_calibration
+    from llmsched_gym.backends.vllm.engine import LiveEngine
+
+    config = _engine_config(args, prefix="vllm_")
+    try:
+        engine = LiveEngine(config)
+    except ImportError as err:
+        return _no_vllm("calibrate", err)
+    with engine:
+        result = calibrate(
+            engine,
+            repeats=args.vllm_repeats,
+            seed=getattr(args, "seed", 0) or 0,
+            scale=args.vllm_grid_scale,
+            timer=args.vllm_timer,
+            progress=lambda line: print(line, flush=True),
+        )
+    paths = write_calibration(result, args.vllm_out)
+    f = result.fit
+    print(
+        f"{result.name}: {len(result.steps)} compositions, "
+        f"{sum(len(s.times_s) for s in result.steps)} measured steps; held-out MAPE "
+        f"{f.heldout.mape_pct:.2f}% (single steps {result.raw_heldout.mape_pct:.2f}%)"
+    )
+    for kind, path in paths.items():
+        print(f"  {kind}: {path}")
+    return 0
+
+
+def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``validate`` subcommand (sets ``func=run_validate``) and return its parser."""
+    p = subparsers.add_parser(
+        "validate",
+        help="run one trace on a live vLLM engine and in the simulator, and compare",
+        description="Scale a shipped trace (or a trace file) to this machine, run it on a live "
+        "vLLM engine and in the simulator with a calibrated profile and the same engine "
+        "settings, and report per-request TTFT / TPOT / e2e errors (mean, p50, p99), the "
+        "step-time error and whether scheduling decisions diverged, as tables and plots.",
+    )
+    p.add_argument("--trace", default="splitwise-conv", help="shipped trace name or trace file")
+    p.add_argument("--num-requests", type=int, default=150, metavar="N")
+    p.add_argument(
+        "--load",
+        type=float,
+        default=0.5,
+        help="offered load as a fraction of the profile's simulated capacity",
+    )
+    p.add_argument("--max-prompt", type=int, default=None, metavar="N")
+    p.add_argument("--max-output", type=int, default=96, metavar="N")
+    p.add_argument(
+        "--cost-model",
+        default=DEFAULT_PROFILE,
+        metavar="PROFILE",
+        help="calibrated profile (path or name); ignored with --calibrate",
+    )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="calibrate on the same engine right before the run (avoids drift between runs)",
+    )
+    p.add_argument(
+        "--calibration-repeats",
+        type=int,
+        default=2,
+        metavar="N",
+        help="with --calibrate: probe-design repeats before each live run (one fit on all)",
+    )
+    p.add_argument(
+        "--no-interleave",
+        action="store_true",
+        help="with --calibrate: calibrate once before all runs instead of before each",
+    )
+    p.add_argument("--runs", type=int, default=1, metavar="N", help="live runs (median shown)")
+    p.add_argument(
+        "--out", default=None, metavar="DIR", help="default: calibration/reports/vllm-<trace>"
+    )
+    _add_engine_args(p)
+    p.set_defaults(func=run_validate)
+    return p
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    """``llmsched-gym validate``: run, compare, write, print the error table."""
+    from llmsched_gym.backends.vllm.validate import run_validation
+
+    trace = str(args.trace)
+    stem = Path(trace).stem if Path(trace).suffix else trace
+    out = args.out or f"calibration/reports/vllm-{stem}"
+    from llmsched_gym.backends.vllm._deps import vllm_available
+
+    if not vllm_available():
+        return _no_vllm("validate", ImportError(INSTALL_HINT))
+    result, paths = run_validation(
+        trace,
+        config=_engine_config(args),
+        cost_model=None if args.calibrate else args.cost_model,
+        calibrate_first=args.calibrate,
+        calibration_repeats=args.calibration_repeats,
+        num_requests=args.num_requests,
+        load=args.load,
+        max_prompt=args.max_prompt,
+        max_output=args.max_output,
+        timer=args.timer,
+        runs=args.runs,
+        interleave=not args.no_interleave,
+        out_dir=out,
+    )
+    cols = ["metric", "live_mean", "sim_mean", "mean_error_pct", "abs_error_pct_mean"]
+    cols += ["abs_error_pct_p50", "abs_error_pct_p99"]
+    print(result.table[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    d = result.divergence
+    print(
+        f"schedules: {d['live_steps']} live / {d['sim_steps']} simulated steps; "
+        + (
+            "identical"
+            if not d["diverged"]
+            else f"first divergence at step {d['first_divergent_step']}"
+        )  # fmt: skip
+    )
+    for kind, path in paths.items():
+        print(f"  {kind}: {path}")
+    return 0
