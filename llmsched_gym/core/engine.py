@@ -5,6 +5,7 @@ One engine step is one batch iteration, as in vLLM's ``EngineCore.step``:
 1. requests that arrived by the step's start join the waiting queue;
 2. the policy builds the batch through a ``StepContext`` (the engine enforces the token budget,
    ``max_num_seqs`` and KV blocks; the policy picks order, admission, chunk sizes and victims);
+   a caller may begin the step earlier and fill it itself (``hold_step``, for environments);
 3. each scheduled request's ``num_computed_tokens`` advances by its scheduled tokens;
 4. the step costs ``cost_model.step_time(features)`` seconds; then every request whose computed
    tokens caught up with its tokens samples one; a request that produced its last token finishes
@@ -35,6 +36,7 @@ from llmsched_gym.kv.manager import KVCacheManager, cdiv
 from llmsched_gym.metrics.columns import StepColumn
 
 _STALL_LIMIT = 10_000
+_RUNNING = RequestStatus.RUNNING
 
 
 class StepContext:
@@ -42,12 +44,18 @@ class StepContext:
 
     Read: ``now``, ``step``, ``token_budget`` (left this step), ``num_free_blocks``, ``running``
     (admission order), ``waiting`` (service order), ``config``, per-request state on the
-    ``Request`` objects. Act: ``schedule_running``, ``admit``, ``preempt``. Nothing a policy reads
-    goes beyond what vLLM's scheduler knows, except through ``true_output_len`` (oracles only).
+    ``Request`` objects. Act: ``schedule_running`` (or ``schedule_in_order`` for a run of
+    them), ``admit``, ``preempt``. Nothing a policy reads goes beyond what vLLM's scheduler
+    knows, except through ``true_output_len`` (oracles only).
+
+    A step is normally begun by the engine right before it calls the policy. ``Engine.hold_step``
+    begins it earlier, so that a caller outside the policy (an environment asking an agent for
+    each pick or victim) can act on it over several calls; ``held`` says so until ``step()``.
     """
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._kv = engine.kv
         self.config = engine.config
         self.block_size = engine.config.block_size
         self.max_num_seqs = engine.config.max_num_seqs
@@ -64,6 +72,7 @@ class StepContext:
         self.waiting = engine.waiting
         self.num_eligible = 0
         """Running plus waiting requests when the step began (vLLM's long-prefill rule)."""
+        self._held = False
 
     def _begin(self, now: float, step: int) -> None:
         self.now = now
@@ -76,6 +85,11 @@ class StepContext:
         self.num_eligible = len(self.running) + len(self.waiting)
         self._tokens = self._prefill_attn = self._decode_kv = self._prefill_kv = 0
         self._num_prefill = self._num_decode = 0
+
+    @property
+    def held(self) -> bool:
+        """Whether this step was begun by ``Engine.hold_step`` and not executed yet."""
+        return self._held
 
     def _account(self, m: int, n: int, sign: int) -> None:
         """Add (sign=1) or remove (-1) an item of n new tokens on m cached ones to the features."""
@@ -149,11 +163,13 @@ class StepContext:
         ``num_lookahead_tokens`` allocates slots beyond this step's tokens (KV reserved for
         future decode tokens). On False nothing changed: the policy may preempt and retry.
         """
-        if req.status is not RequestStatus.RUNNING:
+        if req.status is not _RUNNING:
             raise PolicyError(f"schedule_running({req.request_id!r}): request is not running")
-        if req in self.scheduled:
+        scheduled = self.scheduled
+        if req in scheduled:
             raise PolicyError(f"schedule_running({req.request_id!r}): already scheduled this step")
-        remaining = req.num_tokens - req.num_computed_tokens
+        c = req.num_computed_tokens
+        remaining = req.num_tokens - c
         if not 1 <= num_tokens <= remaining:
             raise PolicyError(
                 f"schedule_running({req.request_id!r}, {num_tokens}): must schedule between 1 and "
@@ -164,18 +180,102 @@ class StepContext:
                 f"schedule_running({req.request_id!r}, {num_tokens}): exceeds the remaining token "
                 f"budget {self.token_budget} (max_num_batched_tokens)"
             )
-        kv = self._engine.kv
-        end = req.num_computed_tokens + num_tokens
-        if num_lookahead_tokens == 0 and end <= len(req.blocks) * self.block_size:
+        kv = self._kv
+        end = c + num_tokens
+        bs = self.block_size
+        if num_lookahead_tokens == 0 and end <= len(req.blocks) * bs:
             # Fast path (most decode steps): the slots exist; only newly full blocks get cached.
-            if kv.enable_caching and end // self.block_size > req.num_cached_blocks:
+            if kv.enable_caching and end // bs > req.num_cached_blocks:
                 kv.cache_blocks(req, min(end, req.num_tokens))
         elif kv.allocate_slots(req, num_tokens, None, num_lookahead_tokens) is None:
             return False
-        self.scheduled[req] = num_tokens
-        self._account(req.num_computed_tokens, num_tokens, 1)
+        scheduled[req] = num_tokens
+        self._tokens += num_tokens
+        if num_tokens == 1:
+            self._decode_kv += c
+            self._num_decode += 1
+        else:
+            self._prefill_attn += num_tokens * num_tokens + 2 * c * num_tokens
+            self._prefill_kv += c
+            self._num_prefill += 1
         self.token_budget -= num_tokens
         return True
+
+    def schedule_in_order(
+        self,
+        reqs: Sequence[Request],
+        start: int = 0,
+        *,
+        threshold: int = 0,
+        reserve: int = 0,
+        decode: bool = True,
+        prefill: bool = True,
+    ) -> int:
+        """vLLM V1's running phase over ``reqs[start:]`` until an allocation fails.
+
+        Each request of ``reqs`` that is running gets its tokens left to compute, cut to
+        ``threshold`` (when > 0) and to the budget above ``reserve``; requests that are not
+        running are skipped, and so are decodes (one token left) without ``decode`` and
+        prefills (more than one) without ``prefill``. It stops when the budget above
+        ``reserve`` is spent. Returns the index of the first request whose blocks ran out
+        (nothing changed for it: preempt a victim, then retry it with ``schedule_running``),
+        or -1 when the loop ended. The same as calling ``schedule_running`` in a loop, in
+        one call (the environments' and packing policies' hot path).
+        """
+        scheduled = self.scheduled
+        kv = self._kv
+        caching = kv.enable_caching
+        bs = self.block_size
+        budget = self.token_budget
+        running = _RUNNING
+        tokens = attn = dkv = pkv = n_pre = n_dec = 0
+        stop = -1
+        for i in range(start, len(reqs)):
+            if budget - reserve <= 0:
+                break
+            req = reqs[i]
+            if req.status is not running:
+                continue
+            c = req.num_computed_tokens
+            n = req.num_tokens - c
+            if n == 1:
+                if not decode:
+                    continue
+            elif n <= 0 or not prefill:
+                continue
+            elif 0 < threshold < n:
+                n = threshold
+            if n > budget - reserve:
+                n = budget - reserve
+            if req in scheduled:
+                raise PolicyError(
+                    f"schedule_running({req.request_id!r}): already scheduled this step"
+                )
+            end = c + n
+            if end <= len(req.blocks) * bs:
+                if caching and end // bs > req.num_cached_blocks:
+                    kv.cache_blocks(req, min(end, req.num_tokens))
+            elif kv.allocate_slots(req, n) is None:
+                stop = i
+                break
+            scheduled[req] = n
+            tokens += n
+            if n == 1:
+                dkv += c
+                n_dec += 1
+            else:
+                attn += n * n + 2 * c * n
+                pkv += c
+                n_pre += 1
+            budget -= n
+        self.token_budget = budget
+        self._tokens += tokens
+        self._prefill_attn += attn
+        self._decode_kv += dkv
+        self._prefill_kv += pkv
+        self._num_prefill += n_pre
+        self._num_decode += n_dec
+        return stop
 
     def admit(
         self,
@@ -222,6 +322,10 @@ class StepContext:
         eng.kv.record_lookup(req, hit_tokens - external)
         self.waiting.remove(req) if self.waiting.peek() is not req else self.waiting.pop()
         self.running.append(req)
+        eng.waiting_tokens -= req.num_tokens
+        eng.running_tokens += req.num_tokens - hit_tokens
+        if req.num_tokens - hit_tokens > 1:
+            eng.running_prefills += 1
         if req.status is RequestStatus.WAITING:
             self.new.append((req, hit_tokens))
             req.num_cached_tokens = hit_tokens
@@ -231,7 +335,14 @@ class StepContext:
         req.status = RequestStatus.RUNNING
         req.num_computed_tokens = hit_tokens
         self.scheduled[req] = n
-        self._account(hit_tokens, n, 1)
+        self._tokens += n
+        if n == 1:
+            self._decode_kv += hit_tokens
+            self._num_decode += 1
+        else:
+            self._prefill_attn += n * n + 2 * hit_tokens * n
+            self._prefill_kv += hit_tokens
+            self._num_prefill += 1
         self.token_budget -= n
         return n
 
@@ -250,6 +361,11 @@ class StepContext:
             self.token_budget += n
             self._account(req.num_computed_tokens, n, -1)
         eng.kv.free(req, preempted=True)
+        left = req.num_tokens - req.num_computed_tokens
+        eng.running_tokens -= left
+        if left > 1:
+            eng.running_prefills -= 1
+        eng.waiting_tokens += req.num_tokens
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1
@@ -341,6 +457,12 @@ class Engine:
         self.finish_listeners: list[Callable[[list[Request], float], None]] = []
         """Called with (finished requests, finish time) after they free their blocks."""
         self._seq = 0
+        self.waiting_tokens = 0
+        """Tokens left to compute over the waiting queue (kept incrementally)."""
+        self.running_tokens = 0
+        """Tokens left to compute over the running requests (kept incrementally)."""
+        self.running_prefills = 0
+        """Running requests with more than one token left to compute (kept incrementally)."""
         self.ctx = StepContext(self)
         # Inter-token latencies as (gap, multiplicity) runs; identical gaps share one entry.
         self.itl_values: list[float] = []
@@ -422,13 +544,17 @@ class Engine:
             pending.insert(i, spec)
 
     def _admit_arrivals(self) -> None:
-        pending, i, now, bs = self._pending, self._next_arrival, self.now, self.config.block_size
+        pending, i, now = self._pending, self._next_arrival, self.now
+        if i >= len(pending) or pending[i].arrival_time > now:
+            return  # nothing arrived (most calls)
+        bs = self.config.block_size
         while i < len(pending) and pending[i].arrival_time <= now:
             req = Request(pending[i], self._seq, bs)
             self._seq += 1
             if self._external:  # PD hand-off (enqueue with computed_tokens)
                 req.num_external_tokens = self._external.pop(req.request_id, 0)
             self.waiting.add(req)
+            self.waiting_tokens += req.num_tokens
             i += 1
         self._next_arrival = i
 
@@ -495,10 +621,25 @@ class Engine:
                 return True
         return False
 
+    def hold_step(self) -> StepContext:
+        """Begin the next step's batch now and keep it open for the caller; returns ``ctx``.
+
+        Call it at a decision (after ``advance_to_decision`` returned True). The caller may then
+        schedule on the returned context over several calls (an environment asking an agent
+        for each pick or victim); the next ``step()`` executes that batch as it stands: the
+        policy's ``schedule`` still runs, on the held context, instead of on a fresh one.
+        ``ctx.held`` is True until then.
+        """
+        ctx = self.ctx
+        ctx._begin(self.now, self.num_steps)
+        ctx._held = True
+        return ctx
+
     def step(self) -> bool:
         """Execute exactly one engine step (no fast-forward); False when nothing is left to do.
 
         Arrivals up to the clock join first; when idle, the clock jumps to the next arrival.
+        A step begun by ``hold_step`` is executed with what the caller scheduled on it.
         """
         self._admit_arrivals()
         while not self.running and not self.waiting:
@@ -511,7 +652,10 @@ class Engine:
 
     def _step(self) -> None:
         ctx = self.ctx
-        ctx._begin(self.now, self.num_steps)
+        if ctx._held:
+            ctx._held = False
+        else:
+            ctx._begin(self.now, self.num_steps)
         self.policy.schedule(ctx)
         scheduled = ctx.scheduled
         num_free_after_schedule = self.kv.pool.num_free
@@ -529,12 +673,17 @@ class Engine:
         # Advance computed tokens (vLLM's _update_after_schedule), then sample one token for
         # every request that caught up (update_from_output); finishers free in this order.
         finished: list[Request] = []
-        same_gap = 0
+        same_gap = num_partial = partial_multi = partial_to_one = 0
         for req, n in scheduled.items():
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
             req.num_computed_total += n
             if c < req.num_tokens:
+                num_partial += 1
+                if n > 1:
+                    partial_multi += 1
+                if req.num_tokens - c == 1:
+                    partial_to_one += 1
                 continue  # partial prefill chunk: nothing sampled
             req.num_tokens += 1
             req.num_output_tokens += 1
@@ -552,6 +701,11 @@ class Engine:
         if same_gap:
             self.itl_values.append(duration)
             self.itl_weights.append(same_gap)
+        # Tokens left over running requests: each scheduled one computed n and sampled one.
+        self.running_tokens += len(scheduled) - num_partial - ctx._tokens
+        # Prefills that sampled (n > 1) or whose next chunk is one token now decode; partial
+        # ones scheduled with n = 1 had more than one token left and still do unless at one.
+        self.running_prefills -= ctx._num_prefill - partial_multi + partial_to_one
         if finished:
             self._finish(finished, end)
         self.num_preemptions += len(ctx.preempted)
@@ -577,10 +731,16 @@ class Engine:
         for req in finished:
             req.status = RequestStatus.FINISHED
             req.finish_time = end
+            self.running_tokens -= req.num_tokens - req.num_computed_tokens
             self.kv.free(req)
             self.policy.on_finish(req, end)
-        done = set(finished)
-        self.running[:] = [r for r in self.running if r not in done]
+        running = self.running
+        if len(finished) <= 4:
+            for req in finished:
+                running.remove(req)  # by identity (no __eq__), order kept
+        else:
+            done = set(finished)
+            running[:] = [r for r in running if r not in done]
         self.finished.extend(finished)
         for listener in self.finish_listeners:
             listener(finished, end)
@@ -599,7 +759,7 @@ class Engine:
             return False
         running = self.running
         n = len(running)
-        if n == 0 or n > self.config.max_num_batched_tokens:
+        if n == 0 or n > self.config.max_num_batched_tokens or self.running_prefills:
             return False
         # The waiting head first: after a finish it is usually admissible (a stepped step).
         waiting = self.waiting
@@ -618,6 +778,7 @@ class Engine:
         min_left = 1 << 62
         m0 = 0
         offsets: list[int] = []
+        append = offsets.append
         for r in running:  # one pass: all decode? next finisher, context sum, block offsets
             c = r.num_computed_tokens
             if r.num_tokens - c != 1:
@@ -627,7 +788,7 @@ class Engine:
                 min_left = left
             m0 += c
             # Request i needs a new block at step offsets o_i, o_i + bs, ...
-            offsets.append(len(r.blocks) * bs - c)
+            append(len(r.blocks) * bs - c)
         # Nobody finishes before the stretch's last step (finishers free after it).
         k = min_left
         if k < 2:
@@ -686,11 +847,11 @@ class Engine:
         # Allocation events in (step, running position) order, as stepping would make them,
         # packed as step * n + position so that they sort as ints.
         events: list[int] = []
+        stride = bs * n
+        end = k * n
         for pos, o in enumerate(offsets):
-            if o < k:
-                events.append(o * n + pos)
-                if o + bs < k:
-                    events.extend(j * n + pos for j in range(o + bs, k, bs))
+            if o < k:  # steps o, o + bs, ... below k, packed
+                events.extend(range(o * n + pos, end + pos, stride))
         events.sort()
         free_after: list[int] | None = None
         if self.schedule_log is not None or self._steps is not None:
@@ -709,29 +870,34 @@ class Engine:
         now = self.now
         caching = kv.enable_caching
         n_same_first = 0
+        finished: list[Request] = []
         for req in running:
             req.num_computed_tokens += k
             req.num_computed_total += k
-            req.num_tokens += k
-            req.num_output_tokens += k
-            if caching and (req.num_tokens - 1) // bs > req.num_cached_blocks:
-                kv.cache_blocks(req, req.num_tokens - 1)
+            t = req.num_tokens + k
+            req.num_tokens = t
+            o = req.num_output_tokens + k
+            req.num_output_tokens = o
+            if caching and (t - 1) // bs > req.num_cached_blocks:
+                kv.cache_blocks(req, t - 1)
             # The gap before the stretch's first token is the request's own unless it also
             # produced a token in the previous step; later gaps are the shared step durations.
-            if req.last_token_time == now:
+            last = req.last_token_time
+            if last == now:
                 n_same_first += 1
-            elif req.last_token_time is None:  # the stretch's first step samples its first token
+            elif last is None:  # the stretch's first step samples its first token
                 req.first_token_time = first_end
             else:
-                self.itl_values.append(first_end - req.last_token_time)
+                self.itl_values.append(first_end - last)
                 self.itl_weights.append(1)
             req.last_token_time = last_end
+            if o >= req._output_len:
+                finished.append(req)
         if n_same_first:
             self.itl_values.append(durations[0])
             self.itl_weights.append(n_same_first)
         self.itl_values.extend(durations[1:])
         self.itl_weights.extend([n] * (k - 1))
-        finished = [r for r in running if r.num_output_tokens >= r._output_len]
         if free_after is not None:
             self._log_stretch(k, starts, durations, free_after, [r.request_id for r in finished])
         if finished:  # freed in scheduling (= running) order, as a stepped finish would be
@@ -846,7 +1012,8 @@ def _max_steps_within_blocks(offsets: list[int], bs: int, free: int, k_max: int)
                 total += (k - o + bs - 1) // bs
         return total
 
-    if allocs(k_max) <= free:
+    # Nobody allocates more than ceil(k / bs) blocks in k steps: plenty of free blocks is O(1).
+    if len(offsets) * ((k_max + bs - 1) // bs) <= free or allocs(k_max) <= free:
         return k_max
     lo, hi = 0, k_max  # allocs(lo) <= free < allocs(hi)
     while hi - lo > 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 from llmsched_gym.core.request import Request
 
@@ -55,6 +56,10 @@ class FCFSQueue:
     def __iter__(self) -> Iterator[Request]:
         return iter(self._q)
 
+    def first(self, k: int) -> list[Request]:
+        """The first ``k`` requests in service order."""
+        return list(islice(self._q, k))
+
 
 class PriorityQueue:
     """A heap by ``key(req)`` then arrival sequence; ``prepend`` is a plain insert, as in vLLM."""
@@ -89,4 +94,12 @@ class PriorityQueue:
         return bool(self._heap)
 
     def __iter__(self) -> Iterator[Request]:
-        return (e[2] for e in sorted(self._heap, key=lambda e: (e[0], e[1])))
+        return (e[2] for e in sorted(self._heap, key=_entry_order))
+
+    def first(self, k: int) -> list[Request]:
+        """The first ``k`` requests in service order (without sorting the whole heap)."""
+        return [e[2] for e in heapq.nsmallest(k, self._heap, key=_entry_order)]
+
+
+def _entry_order(entry: tuple[tuple, int, Request]) -> tuple[tuple, int]:
+    return entry[0], entry[1]

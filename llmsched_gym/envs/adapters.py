@@ -89,10 +89,10 @@ class PolicyAgent:
                 key=lambda i: (policy.priority_key(env._visible[i]), env._visible[i].seq),
             )
             rows = ranked + rows[len(waiting_rows) :]
-        scores = np.full(k, -1.0, dtype=np.float32)
+        scores = [-1.0] * k
         for rank, i in enumerate(rows):
             scores[i] = 1.0 - 2.0 * rank / k
-        return scores
+        return np.array(scores, dtype=np.float32)
 
 
 def rollout(

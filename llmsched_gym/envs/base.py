@@ -48,28 +48,6 @@ def _workload(scenario: Scenario, seed: int, cost_model: Any, max_requests: int 
     return items
 
 
-class HeldContext(StepContext):
-    """A step context the environment may fill before ``Engine.step`` executes it.
-
-    ``hold`` begins the step (as the engine would) and makes the engine's own ``_begin`` of the
-    same step a no-op, so actions taken over several environment steps (``Select``) or paused
-    for an agent (``Preempt``) land in the step the engine then executes.
-    """
-
-    held = False
-
-    def hold(self, now: float, step: int) -> None:
-        """Begin the step at ``now`` and keep it for the engine's next ``_step``."""
-        super()._begin(now, step)
-        self.held = True
-
-    def _begin(self, now: float, step: int) -> None:
-        if self.held:
-            self.held = False
-            return
-        super()._begin(now, step)
-
-
 class EnvPolicy(SchedulingPolicy):
     """Base of the environments' policies: they apply the action the environment stored."""
 
@@ -81,11 +59,13 @@ class EnvPolicy(SchedulingPolicy):
         self.oracle = oracle
 
     def schedule(self, ctx: StepContext) -> None:
-        """Nothing by default: the environment filled the held context."""
+        """Nothing by default: the environment filled the held step (``Engine.hold_step``)."""
 
 
 def check_discrete(action: Any, n: int, what: str) -> int:
     """An integer action in [0, n), from an int, a numpy integer or a one-element array."""
+    if type(action) is int and 0 <= action < n:  # the common case, without numpy
+        return action
     a = np.asarray(action)
     if a.size != 1 or not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
         if a.size == 1 and np.issubdtype(a.dtype, np.floating) and float(a.flat[0]).is_integer():
@@ -112,7 +92,7 @@ def check_box(action: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
             a = a.reshape(shape)
         else:
             raise InvalidActionError(f"{what}: action must have shape {shape}, got {a.shape}")
-    if not np.all(np.isfinite(a)):
+    if not np.isfinite(a).all():
         raise InvalidActionError(f"{what}: action must be finite, got {a.tolist()!r}")
     return a
 
@@ -244,7 +224,6 @@ class LLMSchedEnv(gym.Env):
 
     # -- binding (shared with AgentPolicy) ---------------------------------------------------
     def _bind(self, engine: Engine) -> None:
-        engine.ctx = HeldContext(engine)
         self.engine = engine
         self.observer = Observer(
             engine,

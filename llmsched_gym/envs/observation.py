@@ -63,6 +63,11 @@ from gymnasium import spaces
 from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.request import Request, RequestStatus
 
+try:  # the ufunc behind np.clip (numpy >= 2; numpy 1.x keeps it in numpy.core)
+    from numpy._core.umath import clip as _clip_ufunc
+except ImportError:  # pragma: no cover - numpy 1.x
+    from numpy.core.umath import clip as _clip_ufunc
+
 GLOBAL_FEATURES = (
     "clock",
     "num_waiting",
@@ -106,7 +111,8 @@ def observation_space(top_k: int, oracle: bool) -> spaces.Dict:
 
 def first_waiting(engine: Engine, k: int) -> list[Request]:
     """The first ``k`` waiting requests in service order."""
-    return list(islice(engine.waiting, k))
+    first = getattr(engine.waiting, "first", None)
+    return first(k) if first is not None else list(islice(engine.waiting, k))
 
 
 class Observer:
@@ -132,37 +138,38 @@ class Observer:
         self._padding = [[0.0] * ((top_k - n) * f) for n in range(top_k + 1)]
 
     def global_features(self, token_budget: int | None = None) -> Any:
-        """The ``global`` vector (see the module table)."""
+        """The ``global`` vector (see the module table).
+
+        Token totals come from the engine's incremental counters (``Engine.waiting_tokens``,
+        ``Engine.running_tokens``), not from a pass over the queues.
+        """
         eng = self.engine
         now = eng.now
-        waiting, running = eng.waiting, eng.running
-        nw, nr, nf = len(waiting), len(running), len(eng.finished)
-        w_tokens = 0
-        for r in waiting:
-            w_tokens += r.num_tokens - r.num_computed_tokens
-        r_tokens = 0
-        for r in running:
-            r_tokens += r.num_tokens - r.num_computed_tokens
+        nw, nr, nf = len(eng.waiting), len(eng.running), len(eng.finished)
+        w_tokens = eng.waiting_tokens
+        r_tokens = eng.running_tokens
         kv = eng.kv
         queries = kv.queries
         hit_rate = kv.hits / queries if queries else 0.0
         m = self._m
         budget = m if token_budget is None else token_budget
         seqs = self._seqs
-        values = [
-            now / (now + 600.0) if now > 0 else 0.0,
-            nw / (nw + 64.0),
-            min(1.0, nr / seqs),
-            kv.pool.usage(),
-            min(1.0, hit_rate),
-            w_tokens / (w_tokens + m),
-            r_tokens / (r_tokens + m),
-            min(1.0, max(0.0, budget / m)),
-            max(0.0, (seqs - nr) / seqs),
-            nf / (nf + nw + nr) if nf + nw + nr else 0.0,
-        ]
-        out = np.array(values, dtype=np.float32)
-        np.clip(out, 0.0, 1.0, out=out)
+        out = np.array(
+            (
+                now / (now + 600.0) if now > 0 else 0.0,
+                nw / (nw + 64.0),
+                min(1.0, nr / seqs),
+                kv.pool.usage(),
+                min(1.0, hit_rate),
+                w_tokens / (w_tokens + m),
+                r_tokens / (r_tokens + m),
+                min(1.0, max(0.0, budget / m)),
+                max(0.0, (seqs - nr) / seqs),
+                nf / (nf + nw + nr) if nf + nw + nr else 0.0,
+            ),
+            dtype=np.float32,
+        )
+        _clip(out, 0.0, 1.0)
         return out
 
     def table(self, reqs: Sequence[Request]) -> tuple[np.ndarray, np.ndarray]:
@@ -183,7 +190,7 @@ class Observer:
         rows: list[float] = []
         append = rows.append
         extend = rows.extend
-        for req in reqs[:n]:
+        for req in reqs[:n] if n < len(reqs) else reqs:
             spec = req.spec
             prompt = req.num_prompt_tokens
             running = req.status is running_status
@@ -197,11 +204,11 @@ class Observer:
             gen = req.num_output_tokens
             # Seconds to the next SLO bound (see _slack), inlined.
             if req.first_token_time is None:
-                bound = None if spec.slo_ttft_s is None else req.arrival_time + spec.slo_ttft_s
-            elif spec.slo_tpot_s is not None:
-                bound = req.first_token_time + spec.slo_tpot_s * gen
+                ttft = spec.slo_ttft_s
+                bound = None if ttft is None else req.arrival_time + ttft
             else:
-                bound = None
+                tpot = spec.slo_tpot_s
+                bound = None if tpot is None else req.first_token_time + tpot * gen
             deadline = spec.deadline_s
             if deadline is not None:
                 bound = deadline if bound is None else min(bound, deadline)
@@ -217,12 +224,13 @@ class Observer:
             p = req.priority
             pre = req.num_preemptions
             mt = req.max_tokens
+            cf = cached / prompt
             extend(
                 (
                     age / (age + 10.0) if age > 0 else 0.0,
                     prompt / (prompt + 1024.0),
                     computed / total,
-                    min(1.0, cached / prompt),
+                    cf if cf < 1.0 else 1.0,
                     gen / (gen + 256.0),
                     mt / (mt + 1024.0),
                     p / (abs(p) + 1.0),
@@ -239,8 +247,13 @@ class Observer:
         if n < k:
             extend(self._padding[n])
         out = np.array(rows, dtype=np.float32).reshape(k, self.num_features)
-        np.clip(out, -1.0, 1.0, out=out)
+        _clip(out, -1.0, 1.0)
         return out, mask
+
+
+def _clip(out: np.ndarray, lo: float, hi: float) -> None:
+    """``np.clip(out, lo, hi, out=out)`` without its Python wrapper (the same ufunc)."""
+    _clip_ufunc(out, lo, hi, out=out)
 
 
 def _slack(req: Request, spec: Any, now: float) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable
 
 from llmsched_gym.core.engine import StepContext
-from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.core.request import Request
 
 Packer = Generator[Request, Request, None]
 
@@ -68,18 +68,25 @@ def pack(
     reserve = 0 if token_cap is None else max(0, config.max_num_batched_tokens - token_cap)
     max_seqs = ctx.max_num_seqs if seq_cap is None else min(seq_cap, ctx.max_num_seqs)
     threshold = config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
-    order = list(ctx.running) if running_order is None else running_order
-    for req in order:
-        budget = ctx.token_budget - reserve
-        if budget <= 0:
+    if running_order is None:
+        order = list(ctx.running)  # preemptions shrink ``ctx.running`` while we walk it
+    elif isinstance(running_order, (list, tuple)):
+        order = running_order
+    else:
+        order = list(running_order)
+    i = 0
+    while True:
+        # Runs of requests that get their blocks go in one call; a shortage comes back here.
+        i = ctx.schedule_in_order(
+            order, i, threshold=threshold, reserve=reserve, decode=decode, prefill=prefill
+        )
+        if i < 0:
             break
-        if req.status is not RequestStatus.RUNNING:
-            continue  # preempted earlier this step as a victim
+        req = order[i]
         n = req.num_tokens - req.num_computed_tokens
-        if n <= 0 or (n == 1 and not decode) or (n > 1 and not prefill):
-            continue
         if 0 < threshold < n:
             n = threshold
+        budget = ctx.token_budget - reserve
         if n > budget:
             n = budget
         preempted_self = False
@@ -91,6 +98,7 @@ def pack(
                 break
         if preempted_self:
             break
+        i += 1
     if ctx.preempted or not admit:
         return
     waiting = ctx.waiting

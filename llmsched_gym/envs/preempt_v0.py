@@ -106,8 +106,7 @@ class PreemptEnv(LLMSchedEnv):
         while self.requester is None:
             if not eng.advance_to_decision(self._until()):
                 return False
-            eng.ctx.hold(eng.now, eng.num_steps)
-            self._packer = pack(eng.ctx)
+            self._packer = pack(eng.hold_step())
             self._send(None)
         return True
 

@@ -147,8 +147,10 @@ def set_scores(policy: PriorityPolicy, visible: list[Request], scores: Any, engi
     nw = 0
     while nw < n and visible[nw].status is not RequestStatus.RUNNING:
         nw += 1
-    w_idx = sorted(range(nw), key=lambda i: -s[i])  # stable: ties keep row order
-    r_idx = sorted(range(nw, n), key=lambda i: -s[i])
+    # Highest score first; sorting stays stable under reverse=True, so ties keep row order.
+    key = s.__getitem__
+    w_idx = sorted(range(nw), key=key, reverse=True)
+    r_idx = sorted(range(nw, n), key=key, reverse=True)
     policy.waiting_order = [visible[i] for i in w_idx]
     nr = n - nw
     policy.running_order = [visible[i] for i in r_idx] + running[nr:]

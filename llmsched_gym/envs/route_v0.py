@@ -79,6 +79,7 @@ from llmsched_gym.cluster.cluster import Cluster, RoutingDecision
 from llmsched_gym.cluster.routers import InstanceView
 from llmsched_gym.core.job import Job
 from llmsched_gym.envs.base import InvalidActionError, LLMSchedEnv, _workload, check_discrete
+from llmsched_gym.envs.observation import _clip
 from llmsched_gym.envs.reward import ClusterLedger
 from llmsched_gym.errors import ConfigError
 
@@ -212,12 +213,8 @@ class RouteObserver:
             e = self.engines[i]
             v = views[i]
             nw = len(e.waiting) + len(e._pending) - e._next_arrival
-            running = e.running
-            nr = len(running)
-            n_pre = 0
-            for r in running:
-                if r.num_tokens - r.num_computed_tokens > 1:
-                    n_pre += 1
+            nr = len(e.running)
+            n_pre = e.running_prefills  # kept by the engine, no pass over running
             kv = e.kv
             free = kv.num_free_blocks
             usage = 1.0 - free / self._usable[i]
@@ -278,11 +275,12 @@ class RouteObserver:
             out = min(request.output_len, mt)
             req.append(out / (out + 256.0))
         flat = np.array(glob + req + rows, dtype=np.float32)
-        np.clip(flat, -1.0, 1.0, out=flat)
+        _clip(flat, -1.0, 1.0)
         g = len(glob)
         q = g + len(req)
         mask = np.zeros(n, dtype=np.int8)
-        mask[list(candidates)] = 1
+        for i in candidates:
+            mask[i] = 1
         return {
             "global": flat[:g],
             "request": flat[g:q],

@@ -167,8 +167,7 @@ class SelectEnv(LLMSchedEnv):
                 eng.step()
             if not eng.advance_to_decision(self._until()):
                 return False
-            eng.ctx.hold(eng.now, eng.num_steps)
-            self.builder = BatchBuilder(eng.ctx, self.top_k)
+            self.builder = BatchBuilder(eng.hold_step(), self.top_k)
 
     def _apply(self, action: Any) -> None:
         k = self.top_k

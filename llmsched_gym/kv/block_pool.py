@@ -121,6 +121,19 @@ class BlockPool:
     def get_new_blocks(self, k: int) -> list[int]:
         """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
         assert k <= self.num_free, "caller must check free blocks first"
+        if k == 1:  # a decode crossing a block boundary: the common case, without the loop
+            nxt = self._next
+            head = self._head
+            b = nxt[head]
+            if self.block_hash[b] is not None:
+                self._evict_hash(b)
+            self.tag[b] = 0
+            self.ref_cnt[b] = 1
+            after = nxt[b]
+            nxt[head] = after
+            self._prev[after] = head
+            self.num_free -= 1
+            return [b]
         nxt, ref, bh, tag, cached = (
             self._next,
             self.ref_cnt,

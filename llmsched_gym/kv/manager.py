@@ -52,12 +52,12 @@ class KVCacheManager:
         shareable = min(req._num_shareable_blocks, max_blocks)
         if shareable:
             keys = req.content_keys(shareable, bs)
-            get = pool.get_cached_block
+            get = pool._cached.get  # BlockPool.get_cached_block, inlined: one call per block
             for i in range(shareable):
                 b = get(keys[i])
                 if b is None:
                     return hit, len(hit) * bs
-                hit.append(b)
+                hit.append(b if type(b) is int else b[0])
         entries = req._unique_entries
         tag = pool.tag
         first = req._num_shareable_blocks

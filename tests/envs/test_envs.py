@@ -222,3 +222,38 @@ def test_bad_constructor_arguments() -> None:
         E.PriorityEnv(reward="throughput")
     with pytest.raises(ConfigError, match="unknown scenario"):
         E.PriorityEnv("no-such-v0")
+
+
+@pytest.mark.parametrize("task", ["Priority", "Select", "Preempt", "BatchType"])
+def test_incremental_token_totals_match_recomputed(task: str) -> None:
+    """After random actions (with preemptions), the observation's token totals are exact."""
+    env = gym.make(
+        env_id(task, "chat-azure-conv-v0"),
+        scenario_overrides={"workload.limit": 60, "engine.num_gpu_blocks": 300},
+    )
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    rng = np.random.default_rng(0)
+    base = env.unwrapped
+    m = float(base.engine.config.max_num_batched_tokens)
+    for _ in range(100_000):
+        eng = base.engine
+        w = sum(r.num_tokens - r.num_computed_tokens for r in eng.waiting)
+        r = sum(r.num_tokens - r.num_computed_tokens for r in eng.running)
+        assert (eng.waiting_tokens, eng.running_tokens) == (w, r)
+        assert eng.running_prefills == sum(
+            1 for x in eng.running if x.num_tokens - x.num_computed_tokens > 1
+        )
+        expect = np.array([w / (w + m), r / (r + m)], dtype=np.float32)
+        assert obs["global"][5:7].tolist() == expect.tolist()
+        masks = getattr(base, "action_masks", None)
+        if masks is not None:
+            action = int(rng.choice(np.flatnonzero(masks())))
+        else:
+            action = env.action_space.sample()
+        obs, _, term, trunc, _ = env.step(action)
+        if term or trunc:
+            break
+    assert term or trunc
+    assert task == "Preempt" or base.engine.num_preemptions > 0
+    assert base.engine.waiting_tokens == base.engine.running_tokens == 0

@@ -72,6 +72,7 @@ def _run(cfg, specs, policy, ff, cost, check=False):
             assert held >= used  # shared prefix blocks are counted once in `used`
             assert eng.now > last_time
             last_time = eng.now
+            _check_token_counters(eng)
         for line in log.getvalue().splitlines():
             assert sum(json.loads(line)["scheduled"].values()) <= cfg.max_num_batched_tokens
     else:
@@ -107,6 +108,29 @@ def test_fast_forward_identical(workload, policy, linear):
     assert request_columns(fast.finished) == request_columns(slow.finished)
     assert _expand(fast) == _expand(slow)
     _same_steps(fast, slow)
+
+
+def _check_token_counters(eng):
+    """The engine's incremental token totals equal the recomputed sums."""
+    assert eng.waiting_tokens == sum(r.num_tokens - r.num_computed_tokens for r in eng.waiting)
+    assert eng.running_tokens == sum(r.num_tokens - r.num_computed_tokens for r in eng.running)
+    assert eng.running_prefills == sum(
+        1 for r in eng.running if r.num_tokens - r.num_computed_tokens > 1
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.sampled_from(POLICIES))
+def test_token_counters_through_fast_forward(workload, policy):
+    cfg, specs = workload
+    if policy == "vllm-v0":  # no chunking: a resumed sequence must fit one step's budget
+        need = max(s.prompt_len + s.output_len for s in specs)
+        cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, need))
+    eng = Engine(cfg, make_policy(policy), LinearCostModel(0.01, 1e-4, 1e-7, 3e-6, 1e-3, 2e-4))
+    eng.add_requests(specs)
+    while eng.advance():
+        _check_token_counters(eng)
+    assert eng.waiting_tokens == eng.running_tokens == eng.running_prefills == 0
 
 
 def _same_steps(a, b):
