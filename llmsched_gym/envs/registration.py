@@ -38,6 +38,23 @@ CLUSTER_SCENARIOS = (
 """Shipped cluster scenarios with registered environments."""
 
 
+PAPER_PAIRS = (
+    # RelServe: the Adaptive Batch Arranger's decision (prefill-only or decode-only steps).
+    ("BatchType", "relserve-qwen-amazon-v0"),
+    ("BatchType", "relserve-llama-amazon-v0"),
+    ("BatchType", "relserve-llama-pdmx-v0"),
+    # ProServe: local priorities on the single-node settings, routing on the multi-node ones.
+    ("Priority", "proserve-sharegpt-qwen2-7b-v0"),
+    ("Priority", "proserve-azure-qwen2-7b-v0"),
+    ("Priority", "proserve-sharegpt-qwen3-32b-v0"),
+    ("Route", "proserve-colocated-azure-v0"),
+    ("Route", "proserve-pd-sharegpt-v0"),
+    # HexGen-Text2SQL: dispatch over the heterogeneous clusters, each trace.
+    *(("Route", f"hexgen-hetero{h}-trace{t}-v0") for h in (1, 2) for t in (1, 2, 3)),
+)
+"""(task, scenario) ids on the reference papers' scenarios: the decision each paper studies."""
+
+
 def scenario_camel(name: str) -> str:
     """``chat-azure-conv-v0`` -> ``ChatAzureConv``."""
     base = name.rsplit("-v", 1)[0]
@@ -53,6 +70,7 @@ def _pairs() -> list[tuple[str, str, str]]:
     """(task, scenario, entry point) of every registered id."""
     out = [(t, s, e) for s in SCENARIOS for t, e in TASKS.items()]
     out += [(t, s, e) for s in CLUSTER_SCENARIOS for t, e in CLUSTER_TASKS.items()]
+    out += [(t, s, TASKS.get(t) or CLUSTER_TASKS[t]) for t, s in PAPER_PAIRS]
     return out
 
 

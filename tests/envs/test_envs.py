@@ -11,6 +11,7 @@ import llmsched_gym.envs as E
 from llmsched_gym.envs.registration import (
     CLUSTER_SCENARIOS,
     CLUSTER_TASKS,
+    PAPER_PAIRS,
     SCENARIOS,
     TASKS,
     env_id,
@@ -29,14 +30,19 @@ def test_ids_registered() -> None:
     assert "llmsched/Knob-InfermaxOffline-v0" in ids
     assert "llmsched/Route-ChatAzureConv4x-v0" in ids
     assert "llmsched/Route-Text2sqlHetero1-v0" in ids
-    assert len(ids) == len(TASKS) * len(SCENARIOS) + len(CLUSTER_TASKS) * len(CLUSTER_SCENARIOS)
+    assert "llmsched/BatchType-RelserveLlamaPdmx-v0" in ids
+    assert "llmsched/Route-ProservePdSharegpt-v0" in ids
+    assert "llmsched/Route-HexgenHetero2Trace3-v0" in ids
+    grid = len(TASKS) * len(SCENARIOS) + len(CLUSTER_TASKS) * len(CLUSTER_SCENARIOS)
+    assert len(ids) == len(set(ids)) == grid + len(PAPER_PAIRS)
     assert all(i in gym.registry for i in ids)
 
 
 @pytest.mark.parametrize("eid", registered_ids())
 def test_check_env(eid: str) -> None:
     task = eid.split("/")[1].split("-")[0]
-    scenario = next(s for s in (*SCENARIOS, *CLUSTER_SCENARIOS) if env_id(task, s) == eid)
+    scenarios = (*SCENARIOS, *CLUSTER_SCENARIOS, *(s for _, s in PAPER_PAIRS))
+    scenario = next(s for s in scenarios if env_id(task, s) == eid)
     env = gym.make(eid, scenario_overrides=SMALL[scenario])
     check_env(env.unwrapped, skip_render_check=True)
 
