@@ -27,6 +27,7 @@ _LAZY = {
     "PreemptEnv": "preempt_v0",
     "PriorityEnv": "priority_v0",
     "RouteEnv": "route_v0",
+    "RouterKnobEnv": "router_knob_v0",
     "SelectEnv": "select_v0",
 }
 

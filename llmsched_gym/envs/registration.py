@@ -30,6 +30,9 @@ SCENARIOS = (
 CLUSTER_TASKS = {"Route": "llmsched_gym.envs.route_v0:RouteEnv"}
 """Task name -> entry point, for tasks over a scenario's cluster."""
 
+ROUTER_KNOB = "llmsched_gym.envs.router_knob_v0:RouterKnobEnv"
+"""Entry point of the Knob task on a cluster (a router parameter per window)."""
+
 CLUSTER_SCENARIOS = (
     "text2sql-hetero1-v0",
     "text2sql-hetero2-v0",
@@ -51,6 +54,8 @@ PAPER_PAIRS = (
     ("Route", "proserve-pd-sharegpt-v0"),
     # HexGen-Text2SQL: dispatch over the heterogeneous clusters, each trace.
     *(("Route", f"hexgen-hetero{h}-trace{t}-v0") for h in (1, 2) for t in (1, 2, 3)),
+    # HexGen-Text2SQL: alpha of the workload-balanced dispatcher per window (§4.3's knob).
+    *(("Knob", f"hexgen-hetero{h}-trace{t}-v0") for h in (1, 2) for t in (1, 2, 3)),
 )
 """(task, scenario) ids on the reference papers' scenarios: the decision each paper studies."""
 
@@ -70,7 +75,11 @@ def _pairs() -> list[tuple[str, str, str]]:
     """(task, scenario, entry point) of every registered id."""
     out = [(t, s, e) for s in SCENARIOS for t, e in TASKS.items()]
     out += [(t, s, e) for s in CLUSTER_SCENARIOS for t, e in CLUSTER_TASKS.items()]
-    out += [(t, s, TASKS.get(t) or CLUSTER_TASKS[t]) for t, s in PAPER_PAIRS]
+    # Every Knob pair of PAPER_PAIRS is on a cluster: its knob is the router's.
+    out += [
+        (t, s, ROUTER_KNOB if t == "Knob" else TASKS.get(t) or CLUSTER_TASKS[t])
+        for t, s in PAPER_PAIRS
+    ]
     return out
 
 
