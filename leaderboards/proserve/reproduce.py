@@ -1,15 +1,39 @@
 """Reproduce ProServe's Fig. 10-13 and 15 in simulation (TDG ratio, SLO attainment vs rate).
 
-Usage: ``python leaderboards/proserve/reproduce.py [--quick] [--out DIR]``. Writes
-``results/*.csv`` and prints a findings table. TDG is exact (per-token times recorded by
-``TokenTimelineRecorder``); wp:wd = mean input / mean output length of the workload (§5.1).
+Usage::
+
+    python leaderboards/proserve/reproduce.py --quick      # ~1-2 min: ShareGPT/Qwen2-7B, 3 rates
+    python leaderboards/proserve/reproduce.py --medium     # all four configs, fewer rates
+    python leaderboards/proserve/reproduce.py              # full sweep (see README for the time)
+
+Writes ``results/*.csv``, ``results/findings.md`` and ``results/*.png`` (``--quick`` and
+``--medium`` under ``results/quick/`` and ``results/medium/``; ``--out`` to change).
+TDG is exact (every token's delivery time from ``TokenTimelineRecorder``, Eq. 3 with the paper's
+buffered deadline); wp:wd = mean input / mean output length of the workload (§5.1).
+
+Methods (paper §5.1) and how they map onto the simulator:
+
+* vLLM-FCFS: ``vllm-v0`` (prefill-first, no chunking) on the FCFS queue.
+* Sarathi-FCFS: ``sarathi`` (decode-first, chunked) on the FCFS queue, token budget "profiled
+  from TBT": the largest chunk whose estimated step time (Eq. 4-7) is within the median TPOT SLO.
+* Sarathi-Priority: ``sarathi-priority`` with the same token budget.
+* FairBatching: ``fairbatching``; Weighted VTC: ``wvtc`` (VTC's counter lift, weights 2:1).
+* ProServe: ``proserve`` = SlideBatching as in Alg. 1 (no anti-starvation reordering), estimator
+  factor fixed at 1.0 as in the authors' code. ``ProServe+starve`` adds xLLM @87e8d6e's
+  "starved prefills first" rule; ``ProServe+momentum`` the paper's theta=0.9 correction.
+* Ablations (Fig. 15): ``only-deadline``, ``only-density``, ``no-latency`` (on ``proserve``).
+* Clusters (Fig. 11/12): PD-disaggregated ShareGPT (2 prefill + 2 decode) and co-located Azure
+  (4 instances); routers GoRouting (code fallback) vs MinLoad (``least-load:backlog``).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
+import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +43,93 @@ from llmsched_gym.cluster.routers import list_routers, register_router
 from llmsched_gym.cost.registry import load_cost_model
 from llmsched_gym.metrics.tdg import TDGCollector, TokenTimelineRecorder, tdg_summary
 from llmsched_gym.policies import proserve
+from llmsched_gym.policies.proserve import LatencyEstimator
 from llmsched_gym.policies.registry import list_policies, make_policy, register_policy
 from llmsched_gym.scenarios.spec import load_scenario
 from llmsched_gym.simulation import simulate
 
 HERE = Path(__file__).resolve().parent
 ENVS = HERE.parents[1] / "envs"
-METHODS = ["proserve", "vllm-v1", "sarathi", "sarathi-priority", "fairbatching", "wvtc"]
-ABLATION = ["proserve", "proserve-only-deadline", "proserve-only-density", "proserve-no-latency"]
+FCFS = {"engine.scheduling_policy": "fcfs"}
+
+# label -> (policy, policy kwargs, engine overrides, use the TBT-profiled token budget)
+METHODS: dict[str, tuple[str, dict, dict, bool]] = {
+    "vLLM-FCFS": ("vllm-v0", {}, FCFS, False),
+    "Sarathi-FCFS": ("sarathi", {}, FCFS, True),
+    "Sarathi-Priority": ("sarathi-priority", {}, {}, True),
+    "FairBatching": ("fairbatching", {}, {}, False),
+    "Weighted VTC": ("wvtc", {}, {}, False),
+    "ProServe": ("proserve", {}, {}, False),
+    "ProServe+starve": ("proserve", {"starve_prevent": True}, {}, False),
+}
+BASELINES = ["vLLM-FCFS", "Sarathi-FCFS", "Sarathi-Priority", "FairBatching", "Weighted VTC"]
+ABLATIONS: dict[str, tuple[str, dict, dict, bool]] = {
+    "w/ only deadline": ("proserve", {"mode": "only-deadline"}, {}, False),
+    "w/ only density": ("proserve", {"mode": "only-density"}, {}, False),
+    "w/o latency-aware": ("proserve", {"latency_aware": False}, {}, False),
+}
+MOMENTUM = {"ProServe+momentum": ("proserve", {"theta": 0.9, "window": 100}, {}, False)}
+
+# config -> (env file, scenario overrides, full rates, medium rates, quick rates, paper rates)
+CONFIGS: dict[str, tuple[str, dict, list, list, list, str]] = {
+    "ShareGPT/Qwen2-7B": (
+        "proserve-sharegpt-qwen2-7b-v0",
+        {},
+        [6.0, 7.0, 8.0, 9.0, 10.0, 11.0],
+        [7.0, 9.0, 10.0, 11.0],
+        [8.0, 10.0, 12.0],
+        "24-32",
+    ),
+    "Azure/Qwen2-7B": (
+        "proserve-azure-qwen2-7b-v0",
+        {},
+        [10.0, 15.0, 20.0, 25.0, 30.0, 35.0],
+        [15.0, 25.0, 30.0, 35.0],
+        [],
+        "8-18",
+    ),
+    "ShareGPT/Qwen3-32B": (
+        "proserve-sharegpt-qwen3-32b-v0",
+        {},
+        [0.4, 0.6, 0.8, 1.0, 1.2],
+        [0.5, 0.8, 1.1],
+        [],
+        "10-20",
+    ),
+    "Azure/Qwen3-32B": (
+        "proserve-azure-qwen2-7b-v0",
+        {"cost_model": "roofline:qwen3-32b@h100-80gb"},
+        [1.0, 2.0, 3.0, 4.0, 5.0],
+        [1.0, 3.0, 5.0],
+        [],
+        "4-12",
+    ),
+}
+# Fig. 11 (PD) and Fig. 12 (co-located): env, rates (full, medium, quick), local x router combos.
+CLUSTERS = {
+    "PD ShareGPT (2P+2D)": (
+        "proserve-pd-sharegpt-v0",
+        [20.0, 25.0, 30.0, 35.0],
+        [20.0, 30.0, 35.0],
+        [],
+        [("sarathi", "least-load:backlog"), ("sarathi", "gorouting")]
+        + [("proserve", "least-load:backlog"), ("proserve", "gorouting")],
+    ),
+    "Co-located Azure (4 nodes)": (
+        "proserve-colocated-azure-v0",
+        [60.0, 80.0, 100.0, 120.0],
+        [80.0, 100.0, 120.0],
+        [100.0],
+        [("sarathi-priority", "least-load:backlog"), ("sarathi-priority", "gorouting")]
+        + [("proserve", "least-load:backlog"), ("proserve", "gorouting")],
+    ),
+}
+LOCAL_LABEL = {
+    "sarathi": "FCFS",
+    "sarathi-priority": "Sarathi-Priority",
+    "proserve": "SlideBatching",
+}
+ROUTER_LABEL = {"least-load:backlog": "MinLoad", "gorouting": "GoRouting"}
 _COLLECTOR: list[TDGCollector] = [TDGCollector()]
 
 
@@ -50,135 +153,514 @@ def _weights(specs) -> tuple[float, float]:
     return float(p / o), 1.0
 
 
-def run_single(env: str, method: str, rate: float, n: int, wpwd=None) -> dict:
+def tbt_token_budget(model, specs, cap: int) -> int:
+    """Sarathi's "profiled token budget based on TBT" (§5.1).
+
+    The largest chunk c (multiple of 64) with estimated step time ``t_c + prefill(c, 0)``
+    (Eq. 4-7) within the median TPOT SLO.
+    """
+    est = LatencyEstimator.fit(model, cap)
+    slo = float(np.median([s.slo_tpot_s for s in specs if s.slo_tpot_s is not None]))
+    c = est.max_chunk(0, slo - est.t_c, cap)
+    return int(max(64, min(cap, c // 64 * 64)))
+
+
+def run_single(env: str, over: dict, label: str, spec: tuple, rate: float, n: int) -> dict:
     """One single-node run: exact TDG ratio and SLO attainment, overall and per priority."""
-    sc = load_scenario(
-        ENVS / f"{env}.yaml", {"workload.rate_per_s": rate, "workload.num_requests": n}
-    )
+    policy, kw, eng_over, tbt = spec
+    ov = {**over, **eng_over, "workload.rate_per_s": rate, "workload.num_requests": n}
+    sc = load_scenario(ENVS / f"{env}.yaml", ov)
     model = load_cost_model(sc.cost_model)
     specs = sc.build_workload(sc.seed, cost_model=model)
-    wp, wd = wpwd or _weights(specs)
+    wp, wd = _weights(specs)
+    if tbt:
+        cap = sc.engine_config(model).max_num_batched_tokens
+        sc = load_scenario(
+            ENVS / f"{env}.yaml",
+            {**ov, "engine.max_num_batched_tokens": tbt_token_budget(model, specs, cap)},
+        )
     col = TDGCollector()
-    kw = {"wp": wp, "wd": wd} if method.startswith("proserve") else {}
-    pol = TokenTimelineRecorder(make_policy(method, **kw), col)
+    kw = {**kw, "wp": wp, "wd": wd} if policy.startswith("proserve") else dict(kw)
+    pol = TokenTimelineRecorder(make_policy(policy, **kw), col)
+    t0 = time.perf_counter()
     res = simulate(specs, sc.engine_config(model), pol, model)
     tab = res.request_table
     g = col.gains(list(tab["request_id"]), list(tab["weight"]), wp, wd)
     s = tdg_summary(tab, g, wp, wd)
     row = {
+        "config": "",
         "env": env,
-        "method": method,
+        "method": label,
         "rate": rate,
         "n": n,
         "wp": round(wp, 3),
+        "estimator": "momentum"
+        if kw.get("theta")
+        else ("fixed-1.0" if policy == "proserve" else ""),
         "tdg_ratio": s["tdg_ratio"],
         "slo_attainment": s["slo_attainment"],
     }
     for p, b in s["by_priority"].items():
         row[f"tdg_p{p}"], row[f"slo_p{p}"] = b["tdg_ratio"], b["slo_attainment"]
+    row["sim_s"] = round(time.perf_counter() - t0, 2)
     return row
 
 
-def run_cluster(env: str, method: str, router: str, rate: float, n: int) -> dict:
-    """One multi-instance run with ``router`` (GoRouting vs MinLoad)."""
-    sc = load_scenario(
-        ENVS / f"{env}.yaml", {"workload.rate_per_s": rate, "workload.num_requests": n}
-    )
+def run_cluster(env: str, policy: str, router: str, rate: float, n: int) -> dict:
+    """One multi-instance run of ``policy`` on every instance with ``router``."""
+    ov = {"workload.rate_per_s": rate, "workload.num_requests": n}
+    if policy == "sarathi":  # the FCFS local baseline runs on the FCFS queue
+        ov.update(FCFS)
+    sc = load_scenario(ENVS / f"{env}.yaml", ov)
     model = load_cost_model(sc.cost_model)
     specs = sc.build_workload(sc.seed, cost_model=model)
     wp, wd = _weights(specs)
     _COLLECTOR[0] = col = TDGCollector()
     col.set_arrivals({s.request_id: s.arrival_time for s in specs})
-    res = sc.simulate(scheduler=f"tdg+{method}", router=router)
+    t0 = time.perf_counter()
+    res = sc.simulate(scheduler=f"tdg+{policy}", router=router)
     tab = res.request_table
     g = col.gains(list(tab["request_id"]), list(tab["weight"]), wp, wd)
     s = tdg_summary(tab, g, wp, wd)
+    # First-token TDG (Fig. 11 reports only the prefill side for PD).
+    first = np.array([col.first_on_time.get(r, False) for r in tab["request_id"]], float)
+    w = np.asarray(tab["weight"], float)
     return {
+        "config": "",
         "env": env,
-        "method": f"{method}+{router}",
+        "method": f"{LOCAL_LABEL[policy]}+{ROUTER_LABEL[router]}",
         "rate": rate,
         "n": n,
         "tdg_ratio": s["tdg_ratio"],
+        "first_token_tdg": float((w * first).sum() / w.sum()),
         "slo_attainment": s["slo_attainment"],
+        "sim_s": round(time.perf_counter() - t0, 2),
     }
 
 
 def _write(rows: list[dict], path: Path) -> None:
-    keys = sorted(
-        {k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99
-    )
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
-        w.writerows(rows)
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
 
 
 def main(argv=None) -> None:
-    """Run the sweeps, write CSVs to results/ and print the findings table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(HERE / "results"))
+    """Run the sweeps, write CSVs, findings.md and plots under ``--out``."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="ShareGPT/Qwen2-7B, 3 rates, 500 requests")
+    g.add_argument("--medium", action="store_true", help="all configs, fewer rates and requests")
+    ap.add_argument(
+        "--out", help="output folder (default results/, results/medium/, results/quick/)"
+    )
     ap.add_argument("--skip-cluster", action="store_true")
+    ap.add_argument("--configs", nargs="*", help="subset of config names")
+    ap.add_argument(
+        "--replot", action="store_true", help="rebuild findings.md and plots from the CSVs in --out"
+    )
     a = ap.parse_args(argv)
     _setup()
-    out = Path(a.out)
+    sub = "quick" if a.quick else ("medium" if a.medium else "")
+    out = Path(a.out) if a.out else HERE / "results" / sub
     out.mkdir(parents=True, exist_ok=True)
-    n = 500 if a.quick else 2000
-    rates = [7.0, 10.0, 13.0] if a.quick else [7.0, 9.0, 11.0, 13.0, 15.0]
-    env = "proserve-sharegpt-qwen2-7b-v0"
-    rows = []
-    for rate in rates:
-        for m in METHODS:
-            rows.append(run_single(env, m, rate, n))
-            print(rows[-1], flush=True)
-    _write(rows, out / "fig10_sharegpt.csv")
-    abl = []
-    for rate in rates:
-        for m in ABLATION[1:]:
-            abl.append(run_single(env, m, rate, n))
-            print(abl[-1], flush=True)
-    _write(abl, out / "fig15_ablation.csv")
-    clus = []
+    if a.replot:
+        replot(out)
+        return
+    level = 0 if a.quick else (1 if a.medium else 2)
+    n_single = {0: 500, 1: 600, 2: 1000}[level]
+    n_32b = {0: 300, 1: 300, 2: 500}[level]
+    n_cluster = {0: 1200, 1: 2000, 2: 3000}[level]
+    jobs: list[tuple] = []
+    for cname, (env, over, full, med, quick, _) in CONFIGS.items():
+        if a.configs and cname not in a.configs:
+            continue
+        rates = [quick, med, full][level]
+        n = n_32b if "32B" in cname else n_single
+        methods = {**METHODS, **ABLATIONS}
+        if level == 2 or cname == "ShareGPT/Qwen2-7B":
+            methods.update(MOMENTUM)
+        for rate in rates:
+            for label, spec in methods.items():
+                jobs.append(("single", cname, env, over, label, spec, rate, n))
     if not a.skip_cluster:
-        for r in ["least-load:backlog", "gorouting"]:
-            clus.append(
-                run_cluster(
-                    "proserve-colocated-azure-v0", "proserve", r, 40.0, 1500 if a.quick else 6000
-                )
-            )
-            print(clus[-1], flush=True)
-        _write(clus, out / "fig12_colocated.csv")
-    findings(rows, abl, clus)
+        for cname, (env, full, med, quick, combos) in CLUSTERS.items():
+            for rate in [quick, med, full][level]:
+                for policy, router in combos:
+                    jobs.append(("cluster", cname, env, policy, router, rate, n_cluster))
+    from tqdm import tqdm
 
-
-def findings(rows, abl, clus) -> None:
-    """Print the paper-vs-ours table from the sweep rows."""
-    import collections
-
-    by = collections.defaultdict(dict)
-    for r in rows + abl:
-        by[r["rate"]][r["method"]] = r
-    best_tdg = best_slo = 0.0
-    for rate, d in sorted(by.items()):
-        base = [v for k, v in d.items() if not k.startswith("proserve")]
-        bt = max(b["tdg_ratio"] for b in base)
-        bs = max(b["slo_attainment"] for b in base)
-        best_tdg = max(best_tdg, d["proserve"]["tdg_ratio"] / bt - 1)
-        best_slo = max(best_slo, d["proserve"]["slo_attainment"] / bs - 1)
-        print(
-            f"rate {rate}: "
-            + ", ".join(
-                f"{k} tdg={v['tdg_ratio']:.3f} slo={v['slo_attainment']:.3f}" for k, v in d.items()
-            )
-        )
-    print("| finding | paper | ours |")
-    print(f"| max TDG gain over best baseline | up to 35% | {best_tdg:+.1%} |")
-    print(f"| max SLO-attainment gain over best baseline | up to 52% | {best_slo:+.1%} |")
+    single, clus = [], []
+    t0 = time.perf_counter()
+    bar = tqdm(jobs, desc="proserve sweep", unit="run", file=sys.stderr, mininterval=2.0)
+    for job in bar:
+        bar.set_postfix_str(f"{job[1]} {job[-2]} {job[4]}"[:60])
+        if job[0] == "single":
+            _, cname, env, over, label, spec, rate, n = job
+            row = run_single(env, over, label, spec, rate, n)
+            row["config"] = cname
+            single.append(row)
+        else:
+            _, cname, env, policy, router, rate, n = job
+            row = run_cluster(env, policy, router, rate, n)
+            row["config"] = cname
+            clus.append(row)
+    elapsed = time.perf_counter() - t0
+    main_rows = [r for r in single if r["method"] in METHODS or r["method"] in MOMENTUM]
+    abl_rows = [r for r in single if r["method"] in ABLATIONS or r["method"] == "ProServe"]
+    _write(main_rows, out / "fig10_single_node.csv")
+    _write(abl_rows, out / "fig15_ablation.csv")
     if clus:
-        print(
-            f"| GoRouting vs MinLoad (TDG) | better | "
-            f"{clus[1]['tdg_ratio']:.3f} vs {clus[0]['tdg_ratio']:.3f} |"
+        _write(clus, out / "fig11_12_cluster.csv")
+    md = findings(single, clus, level, elapsed)
+    (out / "findings.md").write_text(md)
+    print(md)
+    plots(single, clus, out)
+
+
+# -- analysis -------------------------------------------------------------------------------
+def _read(path: Path) -> list[dict]:
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            row: dict = {}
+            for k, v in r.items():
+                try:
+                    row[k] = v if k in ("config", "env", "method", "estimator") else float(v)
+                except ValueError:
+                    row[k] = v
+            rows.append(row)
+    return rows
+
+
+def replot(out: Path) -> None:
+    """Rebuild findings.md and the plots from the CSVs a sweep wrote to ``out``."""
+    single = _read(out / "fig10_single_node.csv")
+    single += [r for r in _read(out / "fig15_ablation.csv") if r["method"] != "ProServe"]
+    cpath = out / "fig11_12_cluster.csv"
+    clus = _read(cpath) if cpath.exists() else []
+    fpath = out / "findings.md"
+    head = fpath.read_text().splitlines()[0] if fpath.exists() else ""
+    level = 0 if "quick" in head else (1 if "medium" in head else 2)
+    mins = float(head.split(", ")[-1].split(" min")[0]) if " min)" in head else 0.0
+    md = findings(single, clus, level, mins * 60)
+    fpath.write_text(md)
+    print(md)
+    plots(single, clus, out)
+
+
+# Fig. 15 as we read the bar labels (series-major: only deadline, only density, w/o
+# latency-aware; low/medium/high load), normalised Miss-TDG of each variant over ProServe's.
+PAPER_FIG15 = {
+    "ShareGPT": {
+        "w/ only deadline": (0.99, 4.15, 5.19),
+        "w/ only density": (6.93, 1.98, 1.23),
+        "w/o latency-aware": (0.88, 3.65, 3.40),
+    },
+    "Azure": {
+        "w/ only deadline": (1.29, 6.36, 6.00),
+        "w/ only density": (7.18, 1.20, 1.16),
+        "w/o latency-aware": (9.16, 3.78, 6.24),
+    },
+}
+WINDOW = 0.6
+"""Paper-like window: rates where the best baseline's TDG ratio is still >= 0.6 (Fig. 10's
+baselines stay around or above 0.4-0.6; past that ours collapse and ratios explode)."""
+
+
+def _by(rows: list[dict]) -> dict:
+    d: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
+    for r in rows:
+        d[r["config"]][r["rate"]][r["method"]] = r
+    return d
+
+
+def _gain(a: float, b: float) -> float:
+    return a / b - 1 if b > 0 else (math.inf if a > 0 else 0.0)
+
+
+def findings(single: list[dict], clus: list[dict], level: int, elapsed: float) -> str:
+    """Markdown: tables per config, gains over the best baseline, per-priority, ablation."""
+    by = _by(single)
+    L = [
+        f"# ProServe reproduction findings ({['quick', 'medium', 'full'][level]} sweep, "
+        f"{elapsed / 60:.1f} min)",
+        "",
+        "TDG ratio / SLO attainment. `ProServe` = SlideBatching as in Alg. 1 with the code's "
+        "fixed estimator factor 1.0; `ProServe+starve` adds xLLM's starved-prefill-first rule; "
+        "`ProServe+momentum` uses the paper's theta=0.9 correction.",
+        "",
+    ]
+    cols = BASELINES + ["ProServe", "ProServe+starve", "ProServe+momentum"]
+    summary = []
+    for cname, rates in by.items():
+        L += [f"## {cname} (paper rates {CONFIGS[cname][5]} req/s on Ascend 910B)", ""]
+        present = [c for c in cols if any(c in d for d in rates.values())]
+        L.append("| rate | " + " | ".join(present) + " |")
+        L.append("|---:|" + "---|" * len(present))
+        best_t = best_s = -math.inf
+        at_t = at_s = None
+        win_t = win_s = -math.inf
+        wat_t = wat_s = None
+        for rate, d in sorted(rates.items()):
+            cells = []
+            bt = max(d[b]["tdg_ratio"] for b in BASELINES if b in d)
+            bs = max(d[b]["slo_attainment"] for b in BASELINES if b in d)
+            for c in present:
+                if c not in d:
+                    cells.append("")
+                    continue
+                t, s = d[c]["tdg_ratio"], d[c]["slo_attainment"]
+                bold = c == "ProServe" and t >= bt
+                cells.append(f"{'**' if bold else ''}{t:.3f} / {s:.3f}{'**' if bold else ''}")
+            L.append(f"| {rate:g} | " + " | ".join(cells) + " |")
+            p = d.get("ProServe")
+            if p:
+                gt, gs = _gain(p["tdg_ratio"], bt), _gain(p["slo_attainment"], bs)
+                if gt > best_t:
+                    best_t, at_t = gt, rate
+                if gs > best_s:
+                    best_s, at_s = gs, rate
+                if bt >= WINDOW and gt > win_t:
+                    win_t, wat_t = gt, rate
+                if bt >= WINDOW and gs > win_s:
+                    win_s, wat_s = gs, rate
+        L.append("")
+        lo, hi = min(rates), max(rates)
+        shape = {
+            b: (rates[lo][b]["tdg_ratio"], rates[hi][b]["tdg_ratio"])
+            for b in BASELINES
+            if b in rates[lo] and b in rates[hi]
+        }
+        prio = rates[hi].get("ProServe", {})
+        summary.append(
+            (cname, best_t, at_t, best_s, at_s, shape, prio, rates, win_t, wat_t, win_s, wat_s)
         )
+    L += ["## Paper vs ours", "", "| finding | paper | ours | verdict |", "|---|---|---|---|"]
+
+    def verdict(x: float, paper: float) -> str:
+        return "within ±30%" if paper * 0.7 <= x <= paper * 1.3 else "outside ±30%"
+
+    wins = [(r[8], r[0], r[9]) for r in summary if r[9] is not None]
+    wins_s = [(r[10], r[0], r[11]) for r in summary if r[11] is not None]
+    if wins:
+        g, c, at = max(wins)
+        L.append(
+            f"| **max TDG gain over the best baseline, all configs, best baseline TDG >= "
+            f"{WINDOW}** | up to +35% | {g:+.1%} ({c}, {at:g} req/s) | {verdict(g, 0.35)} |"
+        )
+    if wins_s:
+        g, c, at = max(wins_s)
+        L.append(
+            f"| **max SLO-attainment gain, all configs, same window** | up to +52% | {g:+.1%} "
+            f"({c}, {at:g} req/s) | {verdict(g, 0.52)} |"
+        )
+
+    for row in summary:
+        cname, bt, at_t, bs, at_s, shape, prio, rates, wt, wat_t, ws, wat_s = row
+        if wat_t is not None:
+            L.append(
+                f"| {cname}: max TDG gain over the best baseline while its TDG >= {WINDOW} "
+                f"| up to +35% | {wt:+.1%} at {wat_t:g} req/s | {verdict(wt, 0.35)} |"
+            )
+        if wat_s is not None:
+            L.append(
+                f"| {cname}: max SLO-attainment gain, same window | up to +52% | "
+                f"{ws:+.1%} at {wat_s:g} req/s | {verdict(ws, 0.52)} |"
+            )
+        L.append(
+            f"| {cname}: max TDG gain over all rates | up to +35% | {bt:+.1%} at {at_t:g} req/s "
+            f"| {verdict(bt, 0.35)} |"
+        )
+        L.append(
+            f"| {cname}: max SLO-attainment gain over all rates | up to +52% | {bs:+.1%} at "
+            f"{at_s:g} req/s | {verdict(bs, 0.52)} |"
+        )
+        lo, hi = min(rates), max(rates)
+        dl = [b for b in ("FairBatching", "Sarathi-FCFS") if b in shape]
+        if dl and "ProServe" in rates[lo] and "ProServe" in rates[hi]:
+            gap_lo = max(rates[lo]["ProServe"]["tdg_ratio"] - shape[b][0] for b in dl)
+            gap_hi = max(rates[hi]["ProServe"]["tdg_ratio"] - shape[b][1] for b in dl)
+            L.append(
+                f"| {cname}: deadline-first baselines match at low load, collapse at high load | "
+                f"yes | ProServe lead over {'/'.join(dl)}: {gap_lo:+.3f} at {lo:g}, "
+                f"{gap_hi:+.3f} at {hi:g} req/s | "
+                f"{'reproduced' if gap_lo < 0.02 and gap_hi > 0.05 else 'partly'} |"
+            )
+        if prio:
+            h, lw = prio.get("tdg_p0", float("nan")), prio.get("tdg_p1", float("nan"))
+            hs, ls = prio.get("slo_p0", float("nan")), prio.get("slo_p1", float("nan"))
+            L.append(
+                f"| {cname}: ProServe high vs low priority at {hi:g} req/s (Fig. 13) | high "
+                f"slightly above low | TDG {h:.3f} vs {lw:.3f}, SLO {hs:.3f} vs {ls:.3f} | "
+                f"{'reproduced' if h >= lw and hs >= ls else 'not reproduced'} |"
+            )
+    L += ["", "## Per priority at the two highest rates (Fig. 13): TDG / SLO high | low", ""]
+    for cname, rates in by.items():
+        L.append(f"### {cname}")
+        L += ["", "| rate | method | high | low |", "|---:|---|---|---|"]
+        for rate in sorted(rates)[-2:]:
+            for m in (
+                "Sarathi-FCFS",
+                "Sarathi-Priority",
+                "Weighted VTC",
+                "ProServe",
+                "ProServe+starve",
+            ):
+                r = rates[rate].get(m)
+                if r:
+                    L.append(
+                        f"| {rate:g} | {m} | {r['tdg_p0']:.3f} / {r['slo_p0']:.3f} | "
+                        f"{r['tdg_p1']:.3f} / {r['slo_p1']:.3f} |"
+                    )
+        L.append("")
+    L += [
+        "## Ablation (Fig. 15): Miss-TDG normalised to full ProServe, ours (paper's)",
+        "",
+        "Paper load levels are its own low/medium/high rates; ours are the lowest, middle and "
+        "highest rate of the sweep. Paper values as we read Fig. 15's bar labels.",
+        "",
+        "| config | load | rate | w/ only deadline | w/ only density | w/o latency-aware |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for cname, rates in by.items():
+        rs = sorted(rates)
+        picks = {"low": rs[0], "medium": rs[len(rs) // 2], "high": rs[-1]}
+        for load, rate in picks.items():
+            d = rates[rate]
+            if "ProServe" not in d:
+                continue
+            base = max(1 - d["ProServe"]["tdg_ratio"], 1e-4)
+            paper = PAPER_FIG15[cname.split("/")[0]]
+            k = ("low", "medium", "high").index(load)
+            cells = [
+                (f"{(1 - d[a]['tdg_ratio']) / base:.2f}x" if a in d else "")
+                + f" ({paper[a][k]:.2f}x)"
+                for a in ABLATIONS
+            ]
+            L.append(f"| {cname} | {load} | {rate:g} | " + " | ".join(cells) + " |")
+    if clus:
+        L += [
+            "",
+            "## Multi-node (Fig. 11 PD: first-token TDG; Fig. 12 co-located: Miss-TDG)",
+            "",
+            "| cluster | rate | method | TDG | first-token TDG | Miss-TDG | SLO |",
+            "|---|---:|---|---|---|---|---|",
+        ]
+        for r in clus:
+            L.append(
+                f"| {r['config']} | {r['rate']:g} | {r['method']} | {r['tdg_ratio']:.3f} | "
+                f"{r['first_token_tdg']:.3f} | {1 - r['tdg_ratio']:.3f} | "
+                f"{r['slo_attainment']:.3f} |"
+            )
+        cb = _by(clus)
+        L += [
+            "",
+            "| cluster | local | GoRouting better than MinLoad at | rates |",
+            "|---|---|---|---|",
+        ]
+        for cname, rates in cb.items():
+            for local in sorted({m.split("+")[0] for d in rates.values() for m in d}):
+                wins = [
+                    rate
+                    for rate, d in sorted(rates.items())
+                    if d[f"{local}+GoRouting"]["first_token_tdg" if "PD" in cname else "tdg_ratio"]
+                    > d[f"{local}+MinLoad"]["first_token_tdg" if "PD" in cname else "tdg_ratio"]
+                    + 1e-9
+                ]
+                L.append(f"| {cname} | {local} | {len(wins)}/{len(rates)} | {wins} |")
+    return "\n".join(L) + "\n"
+
+
+def plots(single: list[dict], clus: list[dict], out: Path) -> None:
+    """Fig. 10-style lines, Fig. 13 per-priority bars, Fig. 15 ablation bars, Fig. 11/12 lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = _by(single)
+    names = list(by)
+    lines = BASELINES + ["ProServe", "ProServe+starve"]
+    fig, ax = plt.subplots(2, len(names), figsize=(4.2 * len(names), 6.5), squeeze=False)
+    for j, cname in enumerate(names):
+        rates = sorted(by[cname])
+        for m in lines:
+            xs = [r for r in rates if m in by[cname][r]]
+            if not xs:
+                continue
+            sty = dict(marker="o", lw=2.2 if m == "ProServe" else 1.2)
+            if m == "ProServe+starve":
+                sty["ls"] = "--"
+            ax[0][j].plot(xs, [by[cname][r][m]["tdg_ratio"] for r in xs], label=m, **sty)
+            ax[1][j].plot(xs, [by[cname][r][m]["slo_attainment"] for r in xs], label=m, **sty)
+        ax[0][j].set_title(cname)
+        ax[1][j].set_xlabel("request rate (req/s)")
+    ax[0][0].set_ylabel("TDG ratio")
+    ax[1][0].set_ylabel("SLO attainment")
+    ax[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "fig10_tdg_slo_vs_rate.png", dpi=90)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(2, len(names), figsize=(4.2 * len(names), 6.0), squeeze=False)
+    ms = ["Sarathi-FCFS", "Sarathi-Priority", "Weighted VTC", "ProServe", "ProServe+starve"]
+    for j, cname in enumerate(names):
+        rate = sorted(by[cname])[-2] if len(by[cname]) > 1 else sorted(by[cname])[-1]
+        d = by[cname][rate]
+        present = [m for m in ms if m in d]
+        x = np.arange(len(present))
+        for i, (key, title) in enumerate((("tdg", "TDG ratio"), ("slo", "SLO attainment"))):
+            ax[i][j].bar(x - 0.2, [d[m][f"{key}_p0"] for m in present], 0.4, label="high")
+            ax[i][j].bar(x + 0.2, [d[m][f"{key}_p1"] for m in present], 0.4, label="low")
+            ax[i][j].set_xticks(x, [m.replace("-", "-\n") for m in present], fontsize=6)
+            ax[i][j].set_ylabel(title)
+        ax[0][j].set_title(f"{cname} @ {rate:g} req/s")
+    ax[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "fig13_per_priority.png", dpi=90)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
+    for j, cname in enumerate(names):
+        rs = sorted(by[cname])
+        picks = [("low", rs[0]), ("medium", rs[len(rs) // 2]), ("high", rs[-1])]
+        x = np.arange(3)
+        variants = [*ABLATIONS, "ProServe"]
+        for k, v in enumerate(variants):
+            vals = []
+            for _, r in picks:
+                d = by[cname][r]
+                base = max(1 - d["ProServe"]["tdg_ratio"], 1e-4)
+                vals.append((1 - d[v]["tdg_ratio"]) / base if v in d else 0)
+            ax[0][j].bar(x + (k - 1.5) * 0.2, vals, 0.2, label=v)
+        ax[0][j].set_xticks(x, [f"{lbl}\n{r:g}" for lbl, r in picks])
+        ax[0][j].set_title(cname)
+    ax[0][0].set_ylabel("normalised Miss-TDG")
+    ax[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "fig15_ablation.png", dpi=90)
+    plt.close(fig)
+
+    if clus:
+        cb = _by(clus)
+        fig, ax = plt.subplots(1, len(cb), figsize=(4.6 * len(cb), 3.6), squeeze=False)
+        for j, (cname, rates) in enumerate(cb.items()):
+            key = "first_token_tdg" if "PD" in cname else "tdg_ratio"
+            for m in sorted({m for d in rates.values() for m in d}):
+                xs = sorted(r for r in rates if m in rates[r])
+                ax[0][j].plot(xs, [rates[r][m][key] for r in xs], marker="o", label=m)
+            ax[0][j].set_title(cname)
+            ax[0][j].set_xlabel("request rate (req/s)")
+            ax[0][j].set_ylabel("first-token TDG ratio" if "PD" in cname else "TDG ratio")
+            ax[0][j].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "fig11_12_cluster.png", dpi=90)
+        plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,20 @@
   est)`` over the last ``window`` steps (paper §4.1), or the code's fixed factor 1.0
   (``theta=None``, default).
 * :class:`SlideBatchingPolicy`: Alg. 1 with xLLM's defaults: eta = 0.65 x min TPOT SLO, gamma =
-  1.0, phi_a (co-located), t_min skipping hopeless requests, URGENT (decode by density, then
-  prefill: starved by remaining, then density) before NORMAL (EDF), decode deadline anchored on
+  1.0, phi_a (co-located, Eq. 8), t_min skipping hopeless requests, URGENT (decodes by density,
+  then prefills by density) before NORMAL (EDF), decode deadline anchored on
   the actual TTFT (``deadline="code"``) or the paper's ``arrival + TTFT + (i-1) TPOT``
   (``"paper"``), GETMAXCHUNK with the 50-token floor, KV preemption from the tail, no new
-  prefills at KV usage >= 0.95. Ablations: ``mode="only-deadline"`` (all NORMAL),
+  prefills at KV usage >= 0.95. Anti-starvation: xLLM @87e8d6e's comparator puts URGENT
+  prefills that are more than one SLO past their deadline first, by remaining time, regardless
+  of weight (NOTES §2.2); Alg. 1 has no such rule, and the stored xLLM copy of
+  ``priority_comparator.cpp`` (34f5e0c) sorts URGENT purely by density. Under sustained
+  overload almost every waiting prefill is "starved", so the rule turns SlideBatching into
+  weight-blind most-overdue-first: high priority ends below low and the TDG ratio collapses
+  (ShareGPT/Qwen2-7B, 1,000 requests, 11 req/s: 0.453 with the rule vs 0.830 without; high/low
+  0.438/0.478 vs 0.857/0.784). The default follows Alg. 1 (``starve_prevent=False``), which is
+  also what reproduces Fig. 13; ``starve_prevent=True`` (``proserve-starve``) is the code's rule.
+  Ablations: ``mode="only-deadline"`` (all NORMAL),
   ``"only-density"`` (all URGENT), ``latency_aware=False`` (no latency budget; token budget only).
 * Baselines: :class:`SarathiPriorityPolicy`, :class:`FairBatchingPolicy`,
   :class:`WeightedVTCPolicy`.
@@ -128,6 +137,7 @@ class SlideBatchingPolicy(SchedulingPolicy):
         gamma: float = 1.0,
         eta_factor: float = 0.65,
         starve_threshold: float = 1.0,
+        starve_prevent: bool = False,
         deadline: str = "code",
         mode: str = "adaptive",
         latency_aware: bool = True,
@@ -148,6 +158,7 @@ class SlideBatchingPolicy(SchedulingPolicy):
         ):
             raise ValueError(f"bad deadline {deadline!r} or mode {mode!r}")
         self.gamma, self.eta_factor, self.starve = gamma, eta_factor, starve_threshold
+        self.starve_prevent = starve_prevent
         self.deadline, self.mode, self.latency_aware = deadline, mode, latency_aware
         self.theta, self.window = theta, window
         self.wp, self.wd = wp, wd
@@ -233,11 +244,12 @@ class SlideBatchingPolicy(SchedulingPolicy):
             elif decode:
                 urgent_d.append(r)
             else:
-                slo = _slo(
-                    r.spec.slo_ttft_s if r.num_output_tokens == 0 else r.spec.slo_tpot_s,
-                    self.default_ttft,
-                )
-                (urgent_p_starved if rem < -self.starve * slo else urgent_p).append(r)
+                if r.num_output_tokens == 0:
+                    slo = _slo(r.spec.slo_ttft_s, self.default_ttft)
+                else:
+                    slo = _slo(r.spec.slo_tpot_s, self.default_tpot)
+                starved = self.starve_prevent and rem < -self.starve * slo
+                (urgent_p_starved if starved else urgent_p).append(r)
         urgent_d.sort(key=lambda r: (-info[r][2], r.arrival_time))
         urgent_p_starved.sort(key=lambda r: (info[r][1], r.arrival_time))
         urgent_p.sort(key=lambda r: (-info[r][2], r.arrival_time))
@@ -322,8 +334,16 @@ class SlideBatchingPolicy(SchedulingPolicy):
 
 
 def _chunked_fill(ctx: StepContext, ordered: list[Request], victim_key: Callable) -> None:
-    """Schedule requests in order under the token budget (chunked prefill), preempting by key."""
+    """Schedule requests in order under the token budget (chunked prefill), preempting by key.
+
+    The first waiting request that cannot be admitted (KV) ends admissions for the step (vLLM's
+    head-of-line rule) but not the step: running requests later in the order are still
+    scheduled. (Ending the whole loop there starved every running decode ordered after a
+    blocked prefill — FairBatching orders prefills before far-from-deadline decodes — and left
+    steps empty: Qwen3-32B ShareGPT, TDG 0.23 at 0.4 req/s where the others reach 0.98.)
+    """
     running = ctx.running
+    admit_ok = True
     for r in ordered:
         if ctx.token_budget <= 0:
             break
@@ -340,12 +360,12 @@ def _chunked_fill(ctx: StepContext, ordered: list[Request], victim_key: Callable
                 if victim is r:
                     break
         elif r in ctx.waiting:
-            if len(running) >= ctx.max_num_seqs or ctx.preempted:
+            if not admit_ok or len(running) >= ctx.max_num_seqs or ctx.preempted:
                 continue
             hit = ctx.lookup(r)
             n = min(r.num_tokens - hit[1], ctx.token_budget)
             if ctx.admit(r, n, hit=hit) is None:
-                break
+                admit_ok = False
 
 
 class SarathiPriorityPolicy(SchedulingPolicy):
@@ -403,16 +423,38 @@ class FairBatchingPolicy(SchedulingPolicy):
             return (1, d, r.arrival_time)
 
         q = sorted(list(ctx.running) + list(ctx.waiting), key=key)
-        _chunked_fill(ctx, q, victim_key=lambda v: (-key(v)[0], deadline(v)))
+        # Preempt the running request served last in this order (a decode far from its
+        # deadline); the earlier key ``(-class, deadline)`` preempted near-deadline decodes first.
+        _chunked_fill(ctx, q, victim_key=key)
 
 
 class WeightedVTCPolicy(SchedulingPolicy):
-    """Weighted VTC: per-client virtual token counters scaled by 1 / weight.
+    """Weighted VTC, the ProServe baseline (§5.1).
 
-    Clients are ``client_id`` when set, else the priority class. Running requests continue
-    (decodes first); new requests are admitted from the client with the smallest counter, whose
-    counter grows by ``(w_in * prompt + w_out * output tokens served) / weight``. A client that
-    becomes active is lifted to the minimum counter of active clients (VTC's rule).
+    VTC is Sheng et al., "Fairness in Serving Large Language Models" (OSDI'24), Alg. 2, here in
+    its weighted form (counters scaled by 1 / weight).
+
+    Every client ``u`` has a virtual token counter ``c_u``; clients are ``client_id`` when set,
+    else the priority class (ProServe's high/low clients). As in the authors' code
+    (``slora/server/router/vtc_req_queue.py``):
+
+    * **Arrival** (VTC's counter lift): when a request of ``u`` arrives while ``u`` has no waiting
+      request, ``c_u <- max(c_u, min{c_v : v != u has a waiting request})``. An under-demanding
+      client therefore cannot bank credit while it is idle or fully served.
+    * **Admission**: repeatedly take the client with the smallest counter among those with waiting
+      requests (ties: the earlier head request), admit its earliest request, charge
+      ``c_u += w_in * prompt_len / weight_u``; stop at the first request that does not fit (VTC's
+      ``break``), when the budget or ``max_num_seqs`` is exhausted, or after a preemption.
+    * **Execution**: running requests continue first (decodes, then prefill chunks: the engine
+      chunks prefills, VTC's does not); every sampled token charges ``c_u += w_out / weight_u``.
+      Preemption (none in VTC) takes the newest request of the client with the largest counter;
+      a recomputed prompt is not charged again.
+
+    ``w_in = 1``, ``w_out = 2`` are VTC's default prices. The earlier version of this class lifted
+    counters only for clients with no *running* request; under load both ProServe classes always
+    have running requests, so the lift never fired, the weight-2 class (demand ~1/2 < its fair
+    share 2/3) kept an ever-growing credit and the policy reduced to strict priority, i.e. exactly
+    vLLM V1 under the priority queue (the scenario's ``scheduling_policy: priority``).
     """
 
     name = "wvtc"
@@ -420,6 +462,9 @@ class WeightedVTCPolicy(SchedulingPolicy):
     def __init__(self, w_in: float = 1.0, w_out: float = 2.0) -> None:
         self.w_in, self.w_out = w_in, w_out
         self.counters: dict[Any, float] = {}
+        self._seen: set[str] = set()
+        self._charged: set[str] = set()
+        self._queued: dict[Any, int] = {}
 
     def queue_policy(self, config: EngineConfig) -> str:
         """FCFS queue (ordered here)."""
@@ -427,53 +472,75 @@ class WeightedVTCPolicy(SchedulingPolicy):
 
     def reset(self, engine: Engine) -> None:
         """Clear counters."""
-        self.counters = {}
+        self.counters, self._seen, self._charged, self._queued = {}, set(), set(), {}
 
     @staticmethod
     def client(r: Request) -> Any:
         """The request's client."""
         return r.spec.client_id if r.spec.client_id is not None else r.priority
 
+    def _arrive(self, r: Request) -> None:
+        """VTC ``append``: lift the counter of a client whose waiting list was empty."""
+        cnt, queued = self.counters, self._queued
+        u = self.client(r)
+        cnt.setdefault(u, 0.0)
+        if queued.get(u, 0) == 0:
+            others = [cnt[v] for v, k in queued.items() if k > 0 and v != u]
+            if others:
+                cnt[u] = max(cnt[u], min(others))
+        queued[u] = queued.get(u, 0) + 1
+
+    def _charge(self, r: Request, tokens: float) -> None:
+        u = self.client(r)
+        self.counters[u] = self.counters.get(u, 0.0) + tokens / (r.spec.weight or 1.0)
+
     def schedule(self, ctx: StepContext) -> None:
-        """Running first (decodes, then chunks), then admissions by smallest counter."""
+        """Running first (decodes, then chunks), then admissions from the smallest counter."""
         cnt = self.counters
         waiting = list(ctx.waiting)
-        active = {self.client(r) for r in ctx.running}
-        floor = min((cnt[c] for c in active if c in cnt), default=0.0)
-        for r in waiting:
-            c = self.client(r)
-            if c not in active and cnt.get(c, 0.0) < floor:
-                cnt[c] = floor
-            cnt.setdefault(c, floor)
+        new = [r for r in waiting if r.request_id not in self._seen]
+        for r in sorted(new, key=lambda r: (r.arrival_time, r.seq)):
+            self._seen.add(r.request_id)
+            self._arrive(r)
         run = sorted(ctx.running, key=lambda r: r.num_tokens - r.num_computed_tokens > 1)
-        before = {r: r.num_computed_tokens for r in run}
-        _chunked_fill(ctx, run, victim_key=lambda v: (cnt.get(self.client(v), 0.0), v.seq))
+        _chunked_fill(
+            ctx, run, victim_key=lambda v: (cnt.get(self.client(v), 0.0), v.arrival_time, v.seq)
+        )
+        if not ctx.preempted:
+            self._admit(ctx)
         for r, n in ctx.scheduled.items():
-            w = r.spec.weight or 1.0
-            out = 1 if r.num_computed_tokens + n >= r.num_tokens else 0
-            pre = n if r.num_tokens - before.get(r, 0) > 1 else 0
-            cnt[self.client(r)] = (
-                cnt.get(self.client(r), 0.0) + (self.w_in * pre + self.w_out * out) / w
-            )
-        if ctx.preempted:
-            return
-        waiting.sort(key=lambda r: (cnt.get(self.client(r), 0.0), r.arrival_time))
-        for r in waiting:
-            if ctx.token_budget <= 0 or len(ctx.running) >= ctx.max_num_seqs:
-                break
+            if r.num_computed_tokens + n >= r.num_tokens:  # samples a token this step
+                self._charge(r, self.w_out)
+        queued: dict[Any, int] = {}
+        for r in ctx.waiting:
+            u = self.client(r)
+            queued[u] = queued.get(u, 0) + 1
+        self._queued = queued
+
+    def _admit(self, ctx: StepContext) -> None:
+        cnt = self.counters
+        per: dict[Any, deque[Request]] = {}
+        for r in ctx.waiting:
+            per.setdefault(self.client(r), deque()).append(r)
+        while per and ctx.token_budget > 0 and len(ctx.running) < ctx.max_num_seqs:
+            u = min(per, key=lambda c: (cnt.get(c, 0.0), per[c][0].arrival_time, per[c][0].seq))
+            r = per[u][0]
             hit = ctx.lookup(r)
             n = min(r.num_tokens - hit[1], ctx.token_budget)
             if ctx.admit(r, n, hit=hit) is None:
                 break
-            cnt[self.client(r)] = cnt.get(self.client(r), 0.0) + self.w_in * n / (
-                r.spec.weight or 1.0
-            )
+            per[u].popleft()
+            if not per[u]:
+                del per[u]
+            if r.request_id not in self._charged:
+                self._charged.add(r.request_id)
+                self._charge(r, self.w_in * r.num_prompt_tokens)
 
 
 def register(register_policy: Callable[..., None]) -> None:
     """Register ProServe's policies and baselines with a scheduler registry."""
     variants: dict[str, tuple[dict, str]] = {
-        "proserve": ({}, "ProServe SlideBatching (xLLM defaults: gamma 1, eta 0.65 TPOT)"),
+        "proserve": ({}, "ProServe SlideBatching (Alg. 1; xLLM gamma 1, eta 0.65 TPOT)"),
         "proserve-momentum": (
             {"theta": 0.9, "window": 100},
             "SlideBatching with the paper's online momentum correction (theta 0.9, 100 steps)",
@@ -481,6 +548,10 @@ def register(register_policy: Callable[..., None]) -> None:
         "proserve-paper-deadline": (
             {"deadline": "paper"},
             "SlideBatching with the paper's buffered decode deadline",
+        ),
+        "proserve-starve": (
+            {"starve_prevent": True},
+            "SlideBatching with xLLM's starved-prefill-first rule (not in Alg. 1)",
         ),
         "proserve-only-deadline": ({"mode": "only-deadline"}, "ablation: all NORMAL (EDF)"),
         "proserve-only-density": ({"mode": "only-density"}, "ablation: all URGENT (density)"),
