@@ -7,6 +7,9 @@ sequence cap per window) on one engine; ``Route`` (instance per arriving request
 cluster scenario. ``PolicyAgent`` lets any built-in policy act in an environment and
 ``RouterAgent`` any router in Route; ``AgentPolicy`` turns a trained agent into a
 ``SchedulingPolicy`` and ``AgentRouter`` a trained Route agent into a router. See README.md here.
+
+``backend="vllm"`` (Priority tasks) runs the same spaces on a live vLLM engine whose clock is the
+engine's measured time (``PriorityEnv`` docstring, ``llmsched_gym.envs.live``).
 """
 
 import importlib

@@ -24,6 +24,9 @@ from llmsched_gym.envs.reward import REWARD_KINDS, RewardLedger
 from llmsched_gym.errors import ConfigError, PolicyError
 from llmsched_gym.scenarios.spec import Scenario, load_scenario
 
+BACKENDS = ("sim", "vllm")
+"""Backends an environment can run on: the simulator, or a live vLLM engine (Priority only)."""
+
 _WORKLOAD_CACHE: OrderedDict[tuple, list] = OrderedDict()
 _WORKLOAD_CACHE_SIZE = 16
 
@@ -104,6 +107,23 @@ class LLMSchedEnv(gym.Env):
     task = "Base"
     cluster_task = False
     """Whether the task runs on a scenario's cluster (Route) instead of one engine."""
+    backends: tuple[str, ...] = ("sim",)
+    """Backends the task runs on (``sim``: the simulator; ``vllm``: a live vLLM engine)."""
+    _spec: Any = None
+
+    @property
+    def spec(self) -> Any:
+        """The registered spec; marked ``nondeterministic`` on a live backend (measured time)."""
+        s = self._spec
+        if s is not None and getattr(self, "backend", "sim") != "sim" and not s.nondeterministic:
+            import dataclasses
+
+            s = dataclasses.replace(s, nondeterministic=True)
+        return s
+
+    @spec.setter
+    def spec(self, value: Any) -> None:
+        self._spec = value
 
     def __init__(
         self,
@@ -120,8 +140,18 @@ class LLMSchedEnv(gym.Env):
         lookup_prefix: bool = True,
         strict_masks: bool = False,
         render_mode: str | None = None,
+        backend: str = "sim",
     ) -> None:
         from llmsched_gym.cost.registry import load_cost_model
+
+        if backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        if backend not in self.backends:
+            raise ConfigError(
+                f"backend={backend!r}: the {self.task} environment runs on "
+                f"{' or '.join(repr(b) for b in self.backends)} (the Priority environments also "
+                "run on a live vLLM engine, backend='vllm')"
+            )
 
         if isinstance(scenario, Scenario):
             sc = scenario.with_overrides(scenario_overrides) if scenario_overrides else scenario
@@ -178,6 +208,7 @@ class LLMSchedEnv(gym.Env):
         self.strict_masks = bool(strict_masks)
         self._action_replaced = False
         self.render_mode = render_mode
+        self.backend = backend
         self.observation_space = self._make_observation_space()
         self.action_space = self._make_action_space()
         self.engine: Engine | None = None
@@ -256,12 +287,7 @@ class LLMSchedEnv(gym.Env):
         offset = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
         self.workload_seed = self.scenario.seed + offset
         items = _workload(self.scenario, self.workload_seed, self.cost_model, self.max_requests)
-        engine = Engine(self.config, self._make_policy(), self.cost_model, fast_forward=True)
-        specs = [x for x in items if not isinstance(x, Job)]
-        jobs = [x for x in items if isinstance(x, Job)]
-        engine.add_requests(specs)
-        if jobs:
-            engine.add_jobs(jobs)
+        engine = self._start_engine(items)
         self.items = items
         self._bind(engine)
         self.ledger = RewardLedger(items, engine)
@@ -277,6 +303,16 @@ class LLMSchedEnv(gym.Env):
         if self.render_mode == "human":
             self.render()
         return obs, self._info({})
+
+    def _start_engine(self, items: list) -> Any:
+        """A fresh engine holding the episode's workload (the simulator's by default)."""
+        engine = Engine(self.config, self._make_policy(), self.cost_model, fast_forward=True)
+        specs = [x for x in items if not isinstance(x, Job)]
+        jobs = [x for x in items if isinstance(x, Job)]
+        engine.add_requests(specs)
+        if jobs:
+            engine.add_jobs(jobs)
+        return engine
 
     def _reset_task(self) -> None:
         """Per-episode state of the task (called before the first ``_advance``)."""

@@ -11,6 +11,7 @@ from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_box
 from llmsched_gym.envs.packing import drive, pack
+from llmsched_gym.errors import ConfigError
 
 
 class PriorityPolicy(EnvPolicy):
@@ -101,11 +102,69 @@ class PriorityEnv(LLMSchedEnv):
     ``terminated`` when every request finished; ``truncated`` when the next step would start at
     or after ``max_sim_time_s``, or after ``max_episode_steps`` environment steps.
 
+    ## Backends
+
+    ``backend="sim"`` (default) runs the simulator as described above. ``backend="vllm"`` runs
+    the same task on a live vLLM 0.32 engine (``llmsched_gym.backends.vllm``; needs vLLM, see
+    ``INSTALL_HINT``; the ImportError at construction says what to install). Spaces, observation
+    layout and normalisation, reward definitions, ``info`` keys and the episode-end rules are the
+    same; the observation and reward are built by the same code (``Observer``,
+    ``RewardLedger``) reading the live run through ``backends.vllm.view.LiveInstance``.
+
+    *Engine.* One ``LiveEngine`` per environment, built at the first ``reset`` (tens of seconds)
+    and closed by ``close()``; each ``reset`` aborts the running episode and starts a new
+    ``LiveRun`` on it (prefix cache emptied). Its settings are the scenario's, scaled to a tiny
+    random-weight Llama (``envs.live.live_engine_config``): same ``max_num_batched_tokens``,
+    ``max_num_seqs``, prefix caching and long-prefill threshold; ``block_size`` rounded up to a
+    multiple of 32 on the CPU build; ``max_model_len`` the episode's longest request (the
+    engine is rebuilt if a later episode needs more); KV capacity the scenario's, in tokens,
+    capped at ``live_max_kv_tokens`` (default 32768) and never below one longest request.
+    ``live_config`` (a ``LiveEngineConfig``) replaces all of this (its ``scheduling_policy``
+    and ``scheduler_cls`` are still set as below). Requests are the scenario's
+    workload (token ids from ``backends.vllm.tokens``, ``ignore_eos`` so each generates its
+    trace output length); workloads with jobs are refused.
+
+    *Time.* The clock is the live run's (``live_clock="engine"``, default): it advances by each
+    step's measured wall time (``live_timer="cpu"``: the process's CPU time, for shared
+    machines) and jumps to the next arrival when the engine is idle, so the agent's own time
+    between steps does not count. ``live_clock="wall"`` uses real time since the episode
+    started (idle waits sleep). Ages, slacks, the ``clock`` feature, the latency reward and
+    ``max_sim_time_s`` all use this clock; step times are measured, so the live environment is
+    nondeterministic (its ``spec.nondeterministic`` is True) even under a fixed seed.
+
+    *Actions.* The scores drive vLLM's own scheduler, run with ``scheduling_policy="priority"``
+    and ``scheduler_cls=policy_scheduler_cls(LiveScorePolicy)``: before each step the waiting
+    requests get ranks (visible waiting rows by score, highest first, ties in row order; then
+    the other waiting requests in the scenario's queue order) that vLLM's priority heap uses,
+    and the running requests get ranks (visible running rows by score, then the other running
+    requests in admission order) so that vLLM's victim, ``max(running, key=(priority,
+    arrival))``, is the running request with the lowest score, as in the simulator. Differences
+    from the simulator's packing, precisely: (1) phase (a) serves running requests in vLLM's
+    running-queue order (admission order), not in score order, so the scores of running rows
+    only choose victims; the order matters only when the token budget or KV blocks run out
+    part way through the running queue; (2) the rest is vLLM's own ``schedule()`` under its
+    priority policy (chunking, head-of-line admission, and a preempted victim that was
+    already scheduled this step gives its tokens back to the budget).
+
+    *Decisions.* The agent is asked before every engine step whose schedule the scores can
+    change: a request is waiting, or a preemption is possible (the running requests' next
+    chunks may need more blocks than are free). Other steps run without a decision, as the
+    simulator fast-forwards. Rows and the ``waiting`` order follow the scenario's discipline
+    (FCFS: preempted requests first, latest preemption first, then arrival order; priority:
+    (priority, arrival, id)). Arrivals due by the clock join vLLM's waiting queue before the
+    observation, so the rows are exactly what the next step schedules. Request columns read
+    vLLM's ``Request`` (tokens, computed tokens) and the run's records (first-admission prefix
+    hits, preemptions, token times); ``cached_fraction`` of a waiting row is vLLM's own
+    prefix-cache lookup; ``remaining_output`` (``oracle=True``) is exact, since each request
+    generates its trace output length.
+
     ## Arguments
 
     ``gym.make("llmsched/Priority-ChatAzureConv-v0", top_k=16, reward="latency",
     reward_scale=0.01, max_requests=None, max_sim_time_s=None, max_episode_steps=None,
-    oracle=False, lookup_prefix=True, scenario_overrides=None, render_mode=None)``;
+    oracle=False, lookup_prefix=True, scenario_overrides=None, render_mode=None,
+    backend="sim", live_config=None, live_clock="engine", live_timer="wall",
+    live_max_kv_tokens=32768)`` (the ``live_*`` arguments need ``backend="vllm"``);
     ``scenario_overrides`` takes dotted scenario fields (``{"workload.limit": 200}``);
     ``max_requests`` keeps the first N workload items by arrival; ``lookup_prefix=False`` skips
     the prefix-cache lookups of waiting rows (faster; the ``cached_fraction`` column of waiting
@@ -117,6 +176,41 @@ class PriorityEnv(LLMSchedEnv):
     """
 
     task = "Priority"
+    backends = ("sim", "vllm")
+
+    def __init__(
+        self,
+        scenario: Any = "chat-azure-conv-v0",
+        *,
+        backend: str = "sim",
+        live_config: Any = None,
+        live_clock: str = "engine",
+        live_timer: str = "wall",
+        live_max_kv_tokens: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scenario, backend=backend, **kwargs)
+        self._live: Any = None
+        if backend == "vllm":
+            from llmsched_gym.envs.live import DEFAULT_LIVE_KV_TOKENS, LiveBackend
+
+            self._live = LiveBackend(
+                self.config,
+                config=live_config,
+                clock=live_clock,
+                timer=live_timer,
+                max_kv_tokens=(
+                    DEFAULT_LIVE_KV_TOKENS if live_max_kv_tokens is None else live_max_kv_tokens
+                ),
+                fcfs_default=self.config.scheduling_policy == "fcfs",
+            )
+        elif (live_config, live_clock, live_timer, live_max_kv_tokens) != (
+            None,
+            "engine",
+            "wall",
+            None,
+        ):
+            raise ConfigError("the live_* arguments need backend='vllm'")
 
     def _make_action_space(self) -> spaces.Box:
         return spaces.Box(-1.0, 1.0, (self.top_k,), np.float32)
@@ -127,13 +221,30 @@ class PriorityEnv(LLMSchedEnv):
     def _reset_task(self) -> None:
         self._policy = self.engine.policy
 
+    def _start_engine(self, items: list) -> Any:
+        if self._live is None:
+            return super()._start_engine(items)
+        return self._live.start(items)
+
     def _advance(self) -> bool:
+        if self._live is not None:
+            from llmsched_gym.envs.live import advance
+
+            return advance(self.engine, self._policy, self._until(), fast_forward=True)
         return self.engine.advance_to_decision(self._until())
 
     def _apply(self, action: Any) -> None:
         scores = check_box(action, (self.top_k,), "Priority")
         set_scores(self.engine.policy, self._visible, scores, self.engine)
+        if self._live is not None:
+            self._policy.prepare(self.engine)
         self.engine.step()
+
+    def close(self) -> None:
+        """Drop the engine (and shut a live engine down)."""
+        super().close()
+        if self._live is not None:
+            self._live.close()
 
 
 def set_scores(policy: PriorityPolicy, visible: list[Request], scores: Any, engine: Any) -> None:

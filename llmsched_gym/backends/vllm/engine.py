@@ -535,6 +535,46 @@ class LiveRun:
             st.status = "waiting"
             self._next += 1
 
+    def admit_arrivals(self) -> int:
+        """Hand vLLM the requests whose arrival time has come; how many joined.
+
+        ``step()`` does this first anyway; calling it between steps lets a caller see the waiting
+        queue the next step will schedule (the live environments observe it this way).
+        """
+        before = self._next
+        self._admit_arrivals()
+        return self._next - before
+
+    def wait_for_arrival(self) -> bool:
+        """Idle engine: jump (or sleep) to the next arrival and admit it; False if none is left.
+
+        With ``clock="wall"`` the run sleeps until the arrival; with ``clock="engine"`` the clock
+        jumps there.
+        """
+        if not self._wait_for_arrival():
+            return False
+        self._admit_arrivals()
+        return True
+
+    @property
+    def next_arrival_time(self) -> float:
+        """Arrival time of the next request not yet handed to vLLM (inf when none)."""
+        if self._next < len(self._pending):
+            return self._pending[self._next].arrival_time
+        return math.inf
+
+    def abort(self) -> None:
+        """Abort every unfinished request in vLLM and close the run.
+
+        The engine can then start another run; the records keep what happened so far.
+        """
+        if self.closed:
+            return
+        ids = [rid for rid, st in self._states.items() if st.status not in ("pending", "finished")]
+        if ids:
+            self.engine.core.abort_requests(ids)
+        self.closed = True
+
     # -- state -------------------------------------------------------------------------------
     @property
     def num_running(self) -> int:
