@@ -19,6 +19,24 @@ waiting requests in decreasing urgency, recomputed at every step:
 * Eq. 7: highest urgency first (ties keep queue order). By default a request that does not fit
   is skipped and the next one tried; ``head_of_line=True`` stops at it (the code's behaviour).
 
+Engine mode. By default the policy runs on vLLM V1's continuous batching (the paper deploys
+vLLM instances; NOTES §3.5 rec 6). ``serial_prefill=True`` is Hexgen-Flow's engine step instead
+(``engine_optimized.py:186-219``, and ``engine.py`` for its RR+FCFS vLLM baseline; NOTES §3.3
+"Engine step"), decided by the policy while the engine only prices the batch:
+
+1. a running request whose prompt is not fully computed (a prompt longer than the token budget,
+   chunked) continues alone;
+2. otherwise the most urgent waiting request (Eq. 7; the queue head with ``fcfs``) is prefilled
+   *alone*: at most one admission per step, no decode in the same step. If it does not fit in
+   KV memory, no prefill happens this step (the code's head-of-line blocking; with
+   ``head_of_line=False`` the next most urgent one is tried instead);
+3. otherwise one decode step for every running request (vLLM's running phase, FCFS preemption
+   when blocks run out; the code lets such requests skip the step instead).
+
+The code prices a decode step at a per-GPU constant whatever the batch (A100 0.035 s, A6000
+0.058 s, L40S 0.0545 s); that is a cost-model property, offered as
+``llmsched_gym.cluster.hexgen.HexGenCodeCost(decode_s=...)``, not a policy one.
+
 ``T_SLO`` is the job's end-to-end SLO (``slo_e2e_s``) unless ``slo_s`` fixes it (the code passes
 the base SLO whatever scale is evaluated).
 
@@ -113,9 +131,10 @@ class HexGenPQPolicy(VllmV1Policy):
         head_of_line: Stop admitting at the most urgent request that does not fit (the code).
         template: ``"per-query"`` (paper, default) or ``"shared"`` (the code's shared list).
         fcfs: Admit in queue order instead (the WB+FCFS ablation through the same policy).
-        max_admit: Admit at most this many waiting requests per step (None: as many as fit).
-            ``1`` approximates Hexgen-Flow's engine, which prefills one request at a time
-            (NOTES §3.3), where the queue order matters far more than under vLLM's batching.
+        max_admit: Admit at most this many waiting requests per step (None: as many as fit),
+            still batched with the running requests' decodes (vLLM's step otherwise).
+        serial_prefill: Hexgen-Flow's engine step (module docstring): one prefill alone per
+            step, decode steps only when no prefill is chosen. Excludes ``max_admit``.
     """
 
     name = "hexgen-pq"
@@ -129,6 +148,7 @@ class HexGenPQPolicy(VllmV1Policy):
         template: str = "per-query",
         fcfs: bool = False,
         max_admit: int | None = None,
+        serial_prefill: bool = False,
     ) -> None:
         super().__init__()
         if template not in TEMPLATES:
@@ -145,8 +165,13 @@ class HexGenPQPolicy(VllmV1Policy):
         if max_admit is not None and (isinstance(max_admit, bool) or int(max_admit) < 1):
             raise ConfigError(f"max_admit must be an int >= 1 or None, got {max_admit!r}")
         self.max_admit = None if max_admit is None else int(max_admit)
+        self.serial_prefill = bool(serial_prefill)
+        if self.serial_prefill and self.max_admit is not None:
+            raise ConfigError("serial_prefill admits one request per step; drop max_admit")
         if self.fcfs:
             self.name = "hexgen-fcfs"
+        if self.serial_prefill:
+            self.name += "-serial"
         # The engine's fast-forward test must not assume queue-order admission.
         self.head_of_line = False
         self._local: TCompModel | None = None
@@ -237,20 +262,27 @@ class HexGenPQPolicy(VllmV1Policy):
         budget = budget_plus_release - req.arrival_time
         return eq6_urgency(t_comp, budget, ctx.now - req.arrival_time)
 
+    def admission_order(self, ctx: StepContext) -> list[Request]:
+        """Waiting requests in admission order: Eq. 7 (urgency, ties by queue order) or FCFS."""
+        waiting = ctx.waiting
+        if self.fcfs:
+            return list(waiting)
+        keyed = [(-self.urgency(r, ctx), i, r) for i, r in enumerate(waiting)]
+        keyed.sort(key=lambda x: (x[0], x[1]))
+        return [r for _, _, r in keyed]
+
     def schedule(self, ctx: StepContext) -> None:
         """Running requests as vLLM V1, then admit waiting ones by urgency (Eq. 7)."""
+        if self.serial_prefill:
+            self._schedule_serial(ctx)
+            return
         self.schedule_running_phase(ctx, priority=False)  # FCFS victims, whatever the queue
         if ctx.preempted:
             return
         waiting = ctx.waiting
         if not waiting:
             return
-        if self.fcfs:
-            order = list(waiting)
-        else:
-            keyed = [(-self.urgency(r, ctx), i, r) for i, r in enumerate(waiting)]
-            keyed.sort(key=lambda x: (x[0], x[1]))
-            order = [r for _, _, r in keyed]
+        order = self.admission_order(ctx)
         running = ctx.running
         threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
         admitted = 0
@@ -272,6 +304,33 @@ class HexGenPQPolicy(VllmV1Policy):
                     break
                 continue
             admitted += 1
+
+    def _schedule_serial(self, ctx: StepContext) -> None:
+        """Hexgen-Flow's step: one prefill alone, else one decode step of every running request."""
+        running = ctx.running
+        # 1. A partly prefilled running request (prompt longer than the budget) continues alone.
+        for req in running:
+            n = req.num_tokens - req.num_computed_tokens
+            if n > 1:
+                n = min(n, ctx.token_budget)
+                while not ctx.schedule_running(req, n):
+                    victim = running[-1]  # vLLM's FCFS victim
+                    ctx.preempt(victim)
+                    if victim is req:
+                        break
+                return
+        # 2. The most urgent waiting request (the head under FCFS), prefilled alone.
+        if ctx.waiting and len(running) < ctx.max_num_seqs:
+            for req in self.admission_order(ctx):
+                if not ctx.surely_blocked(req):
+                    hit = ctx.lookup(req)
+                    n = min(req.num_tokens - hit[1], ctx.token_budget)
+                    if ctx.admit(req, n, hit=hit) is not None:
+                        return
+                if self.hol or self.fcfs:
+                    break  # the code: no prefill this step, decode instead
+        # 3. One decode step of every running request (all of them have one token left here).
+        self.schedule_running_phase(ctx, priority=False)
 
     def on_finish(self, req: Request, now: float) -> None:
         """Drop the request's cached constants."""
@@ -364,7 +423,11 @@ def hexgen_metrics(
 
 
 def register(register_policy: Any) -> None:
-    """Register ``hexgen-pq`` (paper), ``hexgen-pq-hol`` and ``hexgen-pq-code`` (code's choices).
+    """Register ``hexgen-pq`` (paper) and its variants.
+
+    ``hexgen-pq-hol`` and ``hexgen-pq-code`` (the code's choices), ``hexgen-pq-serial`` and
+    ``hexgen-fcfs-serial`` (Hexgen-Flow's engine step), ``hexgen-pq-admit1`` (one admission per
+    vLLM step).
 
     Args:
         register_policy: ``llmsched_gym.policies.registry.register_policy``.
@@ -377,13 +440,19 @@ def register(register_policy: Any) -> None:
     )
     register_policy(
         "hexgen-pq-serial",
-        lambda **kw: HexGenPQPolicy(max_admit=1, **kw),
-        "HexGen-Text2SQL urgency queue, one admission per step (Hexgen-Flow's serial prefill)",
+        lambda **kw: HexGenPQPolicy(serial_prefill=True, head_of_line=True, **kw),
+        "HexGen-Text2SQL urgency queue on Hexgen-Flow's engine step (one prefill alone per "
+        "step, else one decode step; head-of-line)",
     )
     register_policy(
         "hexgen-fcfs-serial",
-        lambda **kw: HexGenPQPolicy(fcfs=True, max_admit=1, **kw),
-        "FCFS with one admission per step (the serial-prefill FCFS baseline)",
+        lambda **kw: HexGenPQPolicy(fcfs=True, serial_prefill=True, **kw),
+        "FCFS on Hexgen-Flow's engine step (its RR+FCFS / WB+FCFS baselines)",
+    )
+    register_policy(
+        "hexgen-pq-admit1",
+        lambda **kw: HexGenPQPolicy(max_admit=1, **kw),
+        "HexGen-Text2SQL urgency queue, one admission per vLLM step (batched with decodes)",
     )
     register_policy(
         "hexgen-pq-code",

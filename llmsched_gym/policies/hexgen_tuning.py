@@ -16,6 +16,11 @@ prediction. Stages not yet released are unknown: with ``complete=True`` (default
 query is completed with the rest of its standard-workflow template (``TemplateState``, the
 Eq. 5 bookkeeping) at stage-typical lengths (GC two calls, EV the trace's mean fan-out), so the
 replay sees the window's whole load; ``complete=False`` replays the observed stages only.
+
+``score="code"`` dispatches and replays with Hexgen-Flow's cumulative-work score instead of
+Eq. 4 (the score its offline α sweep, ``run_multiple_simulations.py``, tuned). The paper's
+procedure (first 100 s at α = 0, coarse grid then ±0.1, one-sided t-test) is not in the code;
+it is implemented as the paper describes it for both scores.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_gym.cluster.hexgen import HexGenWBRouter, stage_abbr
+from llmsched_gym.cluster.hexgen import HexGenCodeRouter, HexGenWBRouter, stage_abbr
 from llmsched_gym.cluster.routers import InstanceView
 from llmsched_gym.core.job import Job, JobState, Stage
 from llmsched_gym.core.request import RequestSpec
@@ -186,6 +191,9 @@ class HexGenTunedRouter(HexGenWBRouter):
             fresh instance of each instance's policy class.
         seed: Seed of replay runs.
         complete: Complete unfinished queries with their template's remaining stages.
+        score: ``"paper"`` (Eq. 4, default) or ``"code"``: dispatch and replay with
+            Hexgen-Flow's cumulative-work score (:class:`~llmsched_gym.cluster.hexgen.
+            HexGenCodeRouter`), the score the code's α sweep tuned.
         **kwargs: Passed to :class:`HexGenWBRouter` (``beta``, ``beta_scale``, ``trace``, ...).
     """
 
@@ -199,10 +207,17 @@ class HexGenTunedRouter(HexGenWBRouter):
         replay_scheduler: Any = None,
         seed: int = 0,
         complete: bool = True,
+        score: str = "paper",
         **kwargs: Any,
     ) -> None:
         kwargs.pop("alpha", None)
+        if score not in ("paper", "code"):
+            raise ConfigError(f"score must be 'paper' or 'code', got {score!r}")
+        self.score = score
+        self._code: HexGenCodeRouter | None = None
         super().__init__(alpha=initial_alpha, **kwargs)
+        if score == "code":
+            self._code = HexGenCodeRouter(alpha=initial_alpha, trace=self.predictor.trace)
         if not window_s > 0:
             raise ConfigError(f"window_s must be > 0, got {window_s!r}")
         self.window_s = float(window_s)
@@ -229,11 +244,15 @@ class HexGenTunedRouter(HexGenWBRouter):
     def set_alpha(self, alpha: float) -> None:
         """Change alpha, keeping the wrapper's name."""
         super().set_alpha(alpha)
+        if self._code is not None:
+            self._code.set_alpha(alpha)
         self.name = "hexgen-wb-tuned"
 
     def reset(self, instances: Sequence[InstanceView], seed: int) -> None:
         """Start at the initial alpha; snapshot the cluster's instance specs for replays."""
         super().reset(instances, seed)
+        if self._code is not None:
+            self._code.reset(instances, seed)
         self.set_alpha(self.initial_alpha)
         self._reset_tuning()
         self._specs = [self._instance_spec(v) for v in instances]
@@ -323,13 +342,16 @@ class HexGenTunedRouter(HexGenWBRouter):
         """Mean simulated query latency of ``jobs`` on a fresh cluster under ``alpha``."""
         from llmsched_gym.cluster.cluster import run_cluster
 
-        router = HexGenWBRouter(
-            alpha=alpha,
-            beta=self.beta,
-            trace=self.predictor.trace,
-            queue_metric=self.queue_metric,
-            eps=self.eps,
-        )
+        if self.score == "code":
+            router: Any = HexGenCodeRouter(alpha=alpha, trace=self.predictor.trace)
+        else:
+            router = HexGenWBRouter(
+                alpha=alpha,
+                beta=self.beta,
+                trace=self.predictor.trace,
+                queue_metric=self.queue_metric,
+                eps=self.eps,
+            )
         specs = []
         for spec in self._specs:
             fresh = copy.deepcopy(spec.scheduler)
@@ -382,4 +404,6 @@ class HexGenTunedRouter(HexGenWBRouter):
             self._on_boundary(self._next_boundary)
             self._next_boundary += self.window_s
         self._record(request, job, now)
+        if self._code is not None:
+            return self._code.route(request, job, instances, now)
         return super().route(request, job, instances, now)

@@ -19,6 +19,7 @@ from llmsched_gym.cluster.hexgen import (
 )
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.base import ConstantCostModel
+from llmsched_gym.errors import ConfigError
 from llmsched_gym.policies.hexgen import (
     HexGenPQPolicy,
     TemplateState,
@@ -268,3 +269,220 @@ def test_tuned_router_initial_tuning_and_trigger():
         assert first.alpha == min(first.values, key=lambda a: (first.values[a], a))
     # every later tuning was triggered by a significant regression
     assert all(e.reason == "regression" and e.p_value < 0.01 for e in router.events[1:])
+
+
+# -- Hexgen-Flow's engine step (serial_prefill) --------------------------------------------------
+
+
+class _Recording(HexGenPQPolicy):
+    """Serial-prefill policy whose urgency is given per request id; records every step."""
+
+    def __init__(self, urgencies=None, **kw):
+        super().__init__(serial_prefill=True, **kw)
+        self.urgencies = urgencies or {}
+        self.steps: list[dict] = []
+
+    def urgency(self, req, ctx):
+        return self.urgencies.get(req.request_id, 0.0)
+
+    def schedule(self, ctx):
+        super().schedule(ctx)
+        self.steps.append(
+            {
+                "admitted": [r.request_id for r, _ in ctx.new + ctx.resumed],
+                "prefill": [r.request_id for r, n in ctx.scheduled.items() if n > 1],
+                "decode": [r.request_id for r, n in ctx.scheduled.items() if n == 1],
+                "running_before": len(ctx.running) - len(ctx.new) - len(ctx.resumed),
+            }
+        )
+
+
+def _serial_engine(policy, specs, **cfg):
+    from llmsched_gym.config import EngineConfig
+    from llmsched_gym.core.engine import Engine
+
+    config = EngineConfig.from_dict(
+        {"max_num_batched_tokens": 2048, "num_gpu_blocks": 512, "block_size": 16, **cfg}
+    )
+    eng = Engine(config, policy, ConstantCostModel(0.01), fast_forward=False)
+    eng.add_requests(specs)
+    return eng
+
+
+def _req(rid, arrival, prompt, out):
+    return RequestSpec(rid, arrival, prompt_len=prompt, output_len=out, max_tokens=out)
+
+
+def test_serial_prefill_one_admission_and_no_mixed_steps():
+    specs = [_req(f"r{i}", 0.005 * i, 100 + 10 * i, 5 + i % 4) for i in range(12)]
+    pol = _Recording()
+    eng = _serial_engine(pol, specs)
+    eng.run()
+    assert len(eng.finished) == 12
+    admitting = 0
+    for s in pol.steps:
+        assert len(s["admitted"]) <= 1  # at most one admission per step
+        assert len(s["prefill"]) <= 1  # one prefill, alone
+        assert not (s["prefill"] and s["decode"])  # decodes never share a step with a prefill
+        admitting += bool(s["admitted"])
+        if not s["prefill"] and s["decode"]:
+            assert len(s["decode"]) == s["running_before"]  # a decode step takes every request
+    assert admitting == 12
+    # vLLM's own step batches them: several admissions in one step, decodes mixed in.
+    plain = _Recording()
+    plain.serial_prefill = False
+    eng = _serial_engine(plain, specs)
+    eng.run()
+    assert max(len(s["admitted"]) for s in plain.steps) > 1
+
+
+def test_serial_prefill_chunked_prompt_continues_alone():
+    # a 5000-token prompt under a 2048-token budget: three prefill steps, nothing else in them
+    specs = [_req("long", 0.0, 5000, 3), _req("short", 0.001, 50, 3)]
+    pol = _Recording()
+    eng = _serial_engine(pol, specs)
+    eng.run()
+    chunks = [s for s in pol.steps if s["prefill"] == ["long"]]
+    assert len(chunks) == 3 and all(not s["decode"] for s in chunks)
+    first_short = next(i for i, s in enumerate(pol.steps) if "short" in s["prefill"])
+    last_chunk = max(i for i, s in enumerate(pol.steps) if s["prefill"] == ["long"])
+    assert first_short > last_chunk
+
+
+def test_serial_prefill_urgency_order_and_fcfs():
+    # all arrive at 0: the urgency queue prefills them by decreasing urgency, FCFS by arrival
+    specs = [_req(f"r{i}", 0.0, 64, 4) for i in range(5)]
+    urg = {"r0": 1.0, "r1": 5.0, "r2": -3.0, "r3": 4.0, "r4": 2.0}
+    pol = _Recording(urgencies=urg)
+    _serial_engine(pol, specs).run()
+    order = [s["admitted"][0] for s in pol.steps if s["admitted"]]
+    assert order == ["r1", "r3", "r4", "r0", "r2"]
+    fcfs = _Recording(urgencies=urg, fcfs=True)
+    _serial_engine(fcfs, specs).run()
+    assert [s["admitted"][0] for s in fcfs.steps if s["admitted"]] == [f"r{i}" for i in range(5)]
+
+
+def test_serial_prefill_head_of_line_blocking():
+    # 11 usable blocks of 16 tokens. "a" runs (3 blocks); "big" (most urgent, 150 tokens = 10
+    # blocks) cannot fit while "a" holds its blocks; "small" (2 blocks) can.
+    specs = [_req("a", 0.0, 40, 30), _req("big", 0.001, 150, 2), _req("small", 0.001, 20, 2)]
+    urg = {"a": 9.0, "big": 5.0, "small": 1.0}
+    hol = _Recording(urgencies=urg, head_of_line=True)
+    _serial_engine(hol, specs, num_gpu_blocks=12).run()
+    admitted = [s["admitted"][0] for s in hol.steps if s["admitted"]]
+    assert admitted == ["a", "big", "small"]  # nothing passes the blocked most-urgent request
+    i_big = next(i for i, s in enumerate(hol.steps) if s["admitted"] == ["big"])
+    blocked = [s for s in hol.steps[1:i_big] if s["decode"]]
+    assert blocked and all(s["decode"] == ["a"] for s in blocked)  # decode steps meanwhile
+    skip = _Recording(urgencies=urg, head_of_line=False)
+    _serial_engine(skip, specs, num_gpu_blocks=12).run()
+    assert [s["admitted"][0] for s in skip.steps if s["admitted"]][:2] == ["a", "small"]
+
+
+def test_serial_prefill_registered_and_validated():
+    from llmsched_gym.policies.registry import make_policy
+
+    pq = make_policy("hexgen-pq-serial")
+    fc = make_policy("hexgen-fcfs-serial")
+    assert pq.serial_prefill and pq.hol and not pq.fcfs
+    assert fc.serial_prefill and fc.fcfs
+    assert make_policy("hexgen-pq-admit1").max_admit == 1
+    with pytest.raises(ConfigError):
+        HexGenPQPolicy(serial_prefill=True, max_admit=1)
+
+
+def test_code_cost_ratio_and_constant_decode():
+    from llmsched_gym.cluster.hexgen import CODE_DECODE_S, HexGenCodeCost, hexgen_cost
+
+    a100 = "roofline:llama-3.1-70b@a100-80gb/tp8"
+    ref = hexgen_cost(a100)
+    six = hexgen_cost("roofline:llama-3.1-70b@a6000-48gb/tp8", "code-ratio")
+    assert six.gpu == "a6000-48gb"
+    for feats in ((1, 0, 3000, 0, 1), (32, 0, 96000, 0, 32), (4000, 16 * 10**6, 0, 1, 0)):
+        assert six.step_time(*feats) == pytest.approx(ref.step_time(*feats) * 0.058 / 0.035)
+    table = hexgen_cost("roofline:llama-3.1-70b@l40s-48gb/tp8", "code-table")
+    assert table.step_time(1, 0, 3000, 0, 1) == pytest.approx(
+        ref.step_time(1, 0, 3000, 0, 1) * 66.81 / 37.52
+    )
+    assert hexgen_cost(a100, "code-ratio").step_time(1, 0, 3000, 0, 1) == ref.step_time(
+        1, 0, 3000, 0, 1
+    )
+    with pytest.raises(ConfigError):
+        hexgen_cost(a100, "measured")
+    own = hexgen_cost("roofline:llama-3.1-70b@a6000-48gb/tp8")
+    assert six.num_gpu_blocks(16, 0.9) == own.num_gpu_blocks(16, 0.9)  # KV of its own GPU
+    const = HexGenCodeCost(ConstantCostModel(0.5), decode_s=CODE_DECODE_S["a6000"])
+    assert const.step_time(64, 0, 10**6, 0, 64) == 0.058  # decode: batch-independent
+    assert const.step_time(65, 4096, 100, 1, 1) == 0.5  # a step with a prefill: the model
+    got = const.step_times(
+        np.array([1, 64, 65]), np.zeros(3), np.array([5, 10**6, 100]), np.array([0, 0, 1]),
+        np.array([1, 64, 1]),
+    )  # fmt: skip
+    assert got.tolist() == [0.058, 0.058, 0.5]
+
+
+def test_code_engine_cluster_run_and_tuner_code_score():
+    from llmsched_gym.cluster.hexgen import HexGenCodeCost
+    from llmsched_gym.policies.hexgen_tuning import HexGenTunedRouter
+
+    jobs = text2sql_jobs("trace3", num_queries=4, rate_per_s=1.0, seed=0, slo_base_s=50.0)
+    fast = HexGenCodeCost(ConstantCostModel(0.01), decode_s=0.01)
+    slow = HexGenCodeCost(ConstantCostModel(0.01), scale=2.0, decode_s=0.02)
+    for router, pol in (
+        ("round-robin", HexGenPQPolicy(fcfs=True, serial_prefill=True)),
+        (HexGenCodeRouter(alpha=0.2), HexGenPQPolicy(serial_prefill=True, head_of_line=True)),
+        (HexGenTunedRouter(window_s=5.0, score="code"), HexGenPQPolicy(serial_prefill=True)),
+    ):
+        specs = [
+            InstanceSpec("fast", fast, {"num_gpu_blocks": 20000}, pol),
+            InstanceSpec("slow", slow, {"num_gpu_blocks": 20000}, pol),
+        ]
+        m = hexgen_metrics(run_cluster(jobs, specs, router), 50.0)
+        assert m["num_finished"] == 4
+    assert router.events and router._code is not None
+    assert router._code.alpha == router.alpha
+
+
+def _reproduce_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "leaderboards" / "hexgen" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("hexgen_reproduce", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.ensure_registered()
+    return mod
+
+
+@pytest.mark.slow
+def test_code_engine_urgency_queue_lowers_latency_trace3():
+    # Hexgen-Flow's engine (serial prefill, constant decode, its small KV): waiting queues form
+    # and the urgency queue lowers the mean latency (leaderboard: 443.5 s vs 478.4 s).
+    r = _reproduce_module()
+    sc = r.scenario(1, 3, 0.5, 0)
+    base = r.base_of(sc, "code-engine")
+    lat = {}
+    for name, pol in (("fcfs", r.fcfs_policy("code-engine")), ("pq", r.pq_policy("code-engine"))):
+        res = r.run(sc, r.wb_router("code", 0.2), pol, "code-engine")
+        m = hexgen_metrics(res, base)
+        assert m["num_finished"] == m["num_queries"]
+        lat[name] = m["mean_latency_s"]
+    assert lat["pq"] < 0.97 * lat["fcfs"]
+
+
+@pytest.mark.slow
+def test_code_table_pricing_deadline_ratio_near_paper():
+    # Slow GPUs priced at the code's fallback-table ratio: RR+FCFS / WB+PQ at 95% within
+    # +-30% of the paper's 1.41x (leaderboard, Trace 3 Hetero-1 0.5 q/s).
+    r = _reproduce_module()
+    sc = r.scenario(1, 3, 0.5, 0)
+    base = r.base_of(sc, "code-table")
+    systems = r.systems(0.2, "code-table", "paper")
+    d95 = {}
+    for name in ("RR+FCFS", "WB+PQ"):
+        mk_router, mk_policy = systems[name]
+        d95[name] = hexgen_metrics(r.run(sc, mk_router(), mk_policy(), "code-table"), base)[
+            "deadline_95_s"
+        ]
+    assert 0.7 * 1.41 <= d95["RR+FCFS"] / d95["WB+PQ"] <= 1.3 * 1.41
