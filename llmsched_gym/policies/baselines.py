@@ -4,7 +4,9 @@
   no hybrid batches. A step admits waiting requests (whole remaining sequence within the token
   budget, queue order, stop at the first that does not fit); if it admitted any, it is a
   prefill-only step; otherwise every running request decodes one token, the newest running
-  request being preempted (by recompute) when blocks run out.
+  request being preempted (by recompute) when blocks run out. By default the KV checks are the
+  engine's (vLLM V1's admission gate); ``block_manager="v0.6"`` uses vLLM 0.6.6's
+  ``SelfAttnBlockSpaceManager`` checks instead (see :class:`VllmV0Policy`).
 * ``sarathi``: Sarathi-Serve: decode-first with chunked prefill and hybrid batches under a
   token budget (``max_num_batched_tokens`` is the chunk size): running decodes first, then
   running partial prefills, then new admissions, all in order; preempt the newest on shortage.
@@ -23,6 +25,8 @@ from llmsched_gym.core.request import Request
 from llmsched_gym.errors import ConfigError, PolicyError
 from llmsched_gym.policies.vllm_v1 import VllmV1Policy
 
+BLOCK_MANAGERS = ("v1", "v0.6")
+
 
 def _decode_or_preempt_newest(ctx: StepContext, req: Request, num_tokens: int) -> bool:
     """Schedule ``req``; on block shortage preempt the newest running request and retry."""
@@ -35,12 +39,89 @@ def _decode_or_preempt_newest(ctx: StepContext, req: Request, num_tokens: int) -
     return True
 
 
+def watermark_blocks(ctx: StepContext, watermark: float = 0.01) -> int:
+    """vLLM 0.6's ``int(watermark * num_gpu_blocks)``.
+
+    Our block count includes the null block; vLLM 0.6 has none, so its count is ours minus one.
+    """
+    return int(watermark * (ctx.num_gpu_blocks - 1))
+
+
+def can_allocate_v06(ctx: StepContext, req: Request, watermark: float = 0.01) -> bool:
+    """vLLM 0.6.6 ``SelfAttnBlockSpaceManager.can_allocate(...) == AllocStatus.OK``.
+
+    ``free - ceil(len(seq) / block_size) >= watermark_blocks``: the blocks of the whole current
+    sequence (prompt plus generated tokens of a preempted one), no credit for prefix hits; free
+    blocks include evictable cached ones (``PrefixCachingBlockAllocator.get_num_free_blocks``).
+    """
+    need = -(-req.num_tokens // ctx.block_size)
+    return ctx.num_free_blocks - need >= watermark_blocks(ctx, watermark)
+
+
+def decode_one(
+    ctx: StepContext, req: Request, v06: bool, victim: Callable[[], Request] | None = None
+) -> bool:
+    """Schedule one decode token of ``req``; False if ``req`` itself was preempted.
+
+    While blocks are short, preempt ``victim()`` (default: the newest running request).
+
+    ``v06``: vLLM 0.6.6's ``can_append_slots`` worst case (every decode touches one block, so
+    at least one free block is needed even when the last block has room) before allocating.
+    """
+    running = ctx.running
+    while not ((not v06 or ctx.num_free_blocks >= 1) and ctx.schedule_running(req, 1)):
+        v = running[-1] if victim is None else victim()
+        ctx.preempt(v)
+        if v is req:
+            return False
+    return True
+
+
 class VllmV0Policy(SchedulingPolicy):
-    """Prefill-first, no chunking, no hybrid batches (the papers' "vLLM")."""
+    """Prefill-first, no chunking, no hybrid batches (the papers' "vLLM").
+
+    ``block_manager`` picks the KV checks:
+
+    * ``"v1"`` (default): the engine's, i.e. vLLM V1's: a waiting request is admitted when the
+      blocks of its whole sequence minus its prefix hits fit the free blocks; a decode preempts
+      only when it needs a new block and none is free.
+    * ``"v0.6"``: vLLM 0.6.6's ``SelfAttnBlockSpaceManager`` (``vllm/core/block_manager.py``),
+      which the RelServe paper's baselines ran on. ``can_allocate``: admit only while
+      ``free - blocks(whole sequence) >= watermark_blocks`` with
+      ``watermark_blocks = int(watermark * num_blocks)`` (``watermark`` 0.01 by default) and no
+      credit for prefix hits (free counts evictable cached blocks, as ours does);
+      ``can_append_slots``: every decode "touches" one block (worst case), so a decode needs
+      at least one free block even when its last block has room, else the newest running
+      request is preempted. The watermark is what keeps a just-preempted request from being
+      re-admitted straight away (prefill-first would otherwise recompute it at once and
+      preempt again at the next decode).
+    """
 
     name = "vllm-v0"
     fast_forward_safe = True
     head_of_line = True
+
+    def __init__(self, block_manager: str = "v1", watermark: float = 0.01) -> None:
+        if block_manager not in BLOCK_MANAGERS:
+            raise ConfigError(
+                f"block_manager must be one of {BLOCK_MANAGERS}, got {block_manager!r}"
+            )
+        if not 0.0 <= watermark < 1.0:
+            raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
+        self.block_manager = block_manager
+        self.watermark = watermark
+        if block_manager == "v0.6":
+            # The worst-case append check can preempt where the engine's closed-form decode
+            # stretches would not: step every decode.
+            self.fast_forward_safe = False
+
+    def can_allocate_v06(self, ctx: StepContext, req: Request) -> bool:
+        """vLLM 0.6.6 ``can_allocate`` (see :func:`can_allocate_v06`)."""
+        return can_allocate_v06(ctx, req, self.watermark)
+
+    def decode_or_preempt(self, ctx: StepContext, req: Request, victim=None) -> bool:
+        """Decode ``req`` one token under the configured block manager (:func:`decode_one`)."""
+        return decode_one(ctx, req, self.block_manager == "v0.6", victim)
 
     def admit_whole_prefills(self, ctx: StepContext) -> bool:
         """Admit waiting requests in queue order with their whole prompt while they fit.
@@ -60,7 +141,11 @@ class VllmV0Policy(SchedulingPolicy):
                     f"{ctx.config.max_num_batched_tokens}; raise max_num_batched_tokens or use a "
                     "chunking scheduler (vllm-v1, sarathi)"
                 )
-            if n > ctx.token_budget or ctx.admit(req, n, hit=hit) is None:
+            if n > ctx.token_budget:
+                break
+            if self.block_manager == "v0.6" and not self.can_allocate_v06(ctx, req):
+                break
+            if ctx.admit(req, n, hit=hit) is None:
                 break
             admitted = True
         return admitted
@@ -73,7 +158,7 @@ class VllmV0Policy(SchedulingPolicy):
         for req in list(running):
             if req not in running or ctx.token_budget == 0:
                 continue
-            _decode_or_preempt_newest(ctx, req, 1)
+            self.decode_or_preempt(ctx, req)
 
 
 class SarathiPolicy(SchedulingPolicy):

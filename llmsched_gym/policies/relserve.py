@@ -10,6 +10,8 @@ prefill-only or a decode-only batch (no hybrid batches), recompute preemption.
 * ``relserve-dp`` (``priority_islt_pabs``): DPU, never prefill in the transitional state.
 * ``vllm-sp``: vLLM's priority policy with the static relQuery priority
   Σ (prompt tokens + ``max_tokens``) (lower first) and vLLM 0.6 priority preemption.
+* ``vllm-0.6``: ``vllm-v0`` with vLLM 0.6.6's block-manager checks (the paper's vLLM).
+* ``sarathi-0.6``: vLLM 0.6.6 with chunked prefill (the paper's Sarathi).
 
 Where the paper and the authors' code (``CSLabor/vllm_relserve@f643fc5``, see
 ``/work/shared/papers/NOTES.md`` §1.3) differ, the code is the default and the paper's form is an
@@ -30,7 +32,13 @@ running priority             ``running_size="own"``          ``"global"``: all r
                              per running-only R              min(OL(R), OL(p)); Δ- with max OL
 starvation (Eq. 13)          ``starvation_s=10`` s/request   (same rule; the README uses 100)
 NFT KV reservation           ``nft_reservation=True``        ``False``
+NFT admission rule           ``nft_rule="code"``: free >=    ``"strict"``: free - blocks to
+                             NFT blocks at step start        admit >= NFT of all running
 <10-remaining shortcut       ``tail_shortcut_steps=10``      ``0`` (off)
+KV checks                    ``block_manager="v0.6"``:       ``"v1"``: the engine's (vLLM V1)
+                             vLLM 0.6.6's (watermark 0.01,   admission gate
+                             no hit credit, worst-case
+                             append)
 ===========================  ==============================  ==================================
 
 ``OL`` is always the user limit ``max_tokens - 1`` (the scheduler never sees true lengths).
@@ -55,13 +63,19 @@ from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
 from llmsched_gym.core.request import Request
 from llmsched_gym.errors import ConfigError, PolicyError
-from llmsched_gym.policies.baselines import VllmV0Policy
+from llmsched_gym.policies.baselines import (
+    BLOCK_MANAGERS,
+    VllmV0Policy,
+    can_allocate_v06,
+    decode_one,
+)
 
 __all__ = [
     "LatencyPredictors",
     "RelServeOptions",
     "RelServeBatchTypeAgent",
     "RelServePolicy",
+    "Sarathi06Policy",
     "VllmSPPolicy",
     "default_predictors",
     "delta_latency",
@@ -298,17 +312,16 @@ def _rq(req: Request) -> str:
     return req.spec.job_id or req.request_id
 
 
-def _decode_all(ctx: StepContext, victim: Callable[[], Request]) -> None:
-    """One decode token for every running request; preempt ``victim()`` when blocks run out."""
+def _decode_all(ctx: StepContext, victim: Callable[[], Request], v06: bool = False) -> None:
+    """One decode token for every running request; preempt ``victim()`` when blocks run out.
+
+    ``v06``: vLLM 0.6.6's worst-case ``can_append_slots`` (a decode needs one free block).
+    """
     running = ctx.running
     for req in list(running):
         if req not in running or ctx.token_budget == 0:
             continue
-        while not ctx.schedule_running(req, 1):
-            v = victim()
-            ctx.preempt(v)
-            if v is req:
-                break
+        decode_one(ctx, req, v06, victim)
 
 
 def _remaining(req: Request) -> int:
@@ -328,13 +341,17 @@ class VllmSPPolicy(VllmV0Policy):
     ``_schedule_priority_preemption`` preempts (recompute) the worst running request while the
     waiting head cannot be admitted (blocks or ``max_num_seqs``) and has a better priority; then
     the remaining running requests decode, the worst-priority one preempted on block shortage.
+    KV checks are vLLM 0.6.6's by default (``block_manager="v0.6"``: watermark on admission, no
+    prefix-hit credit, worst-case append; see :class:`VllmV0Policy`); ``"v1"`` is the engine's.
     """
 
     name = "vllm-sp"
     fast_forward_safe = False  # a blocked head may still preempt (priority inversion)
     head_of_line = True
 
-    def __init__(self) -> None:
+    def __init__(self, block_manager: str = "v0.6", watermark: float = 0.01) -> None:
+        super().__init__(block_manager, watermark)
+        self.fast_forward_safe = False
         self._engine: Engine | None = None
         self._sums: dict[str, int] = {}
 
@@ -381,12 +398,77 @@ class VllmSPPolicy(VllmV0Policy):
                 worst = self._worst_running(ctx)
                 if self.priority_key(worst) <= hk:
                     break
-                if len(running) < ctx.max_num_seqs and (
-                    ctx.blocks_needed_to_admit(head) <= ctx.num_free_blocks
-                ):
+                if len(running) < ctx.max_num_seqs and self._admissible(ctx, head):
                     break
                 ctx.preempt(worst)
-        _decode_all(ctx, lambda: self._worst_running(ctx))
+        _decode_all(ctx, lambda: self._worst_running(ctx), self.block_manager == "v0.6")
+
+    def _admissible(self, ctx: StepContext, head: Request) -> bool:
+        if self.block_manager == "v0.6":
+            return self.can_allocate_v06(ctx, head)
+        return ctx.blocks_needed_to_admit(head) <= ctx.num_free_blocks
+
+
+# --------------------------------------------------------------------------------------------
+# Sarathi as vLLM 0.6.6 with --enable-chunked-prefill
+# --------------------------------------------------------------------------------------------
+class Sarathi06Policy(SchedulingPolicy):
+    """The paper's Sarathi: vLLM 0.6.6's ``_schedule_chunked_prefill`` (FCFS, hybrid batches).
+
+    Unlike the shared ``sarathi`` baseline (the engine's V1-style KV checks):
+
+    * running requests are served in running order, each a decode or its next prefill chunk;
+      the chunk is the budget left rounded down to whole blocks (prefix caching on); a chunk of
+      0 ends the running phase; each needs a free block (``can_append_slots``' worst case),
+      else the newest running request is preempted (recompute);
+    * new admissions follow even after a preemption (the preempted rejoin the waiting head
+      only after the prefill phase), gated by ``can_allocate`` (whole sequence, no hit
+      credit, watermark 0.01), and get **all their prompt blocks at admission**, as vLLM 0.6's
+      block manager allocates the whole prompt (here: the first chunk plus lookahead slots).
+    """
+
+    name = "sarathi-0.6"
+    fast_forward_safe = False
+    head_of_line = True
+
+    def __init__(self, watermark: float = 0.01) -> None:
+        self.watermark = watermark
+
+    def _chunk(self, ctx: StepContext, left: int) -> int:
+        budget = ctx.token_budget
+        if ctx.config.enable_prefix_caching:
+            budget = budget // ctx.block_size * ctx.block_size
+        return min(left, budget)
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Running phase in running order, then chunked admissions."""
+        running = ctx.running
+        for req in list(running):
+            if req not in running:
+                continue
+            left = req.num_tokens - req.num_computed_tokens
+            n = 1 if left == 1 else self._chunk(ctx, left)
+            if n <= 0 or ctx.token_budget <= 0:
+                break
+            while not (ctx.num_free_blocks >= 1 and ctx.schedule_running(req, n)):
+                victim = running[-1]
+                ctx.preempt(victim)
+                if victim is req:
+                    break
+        # vLLM re-queues this step's victims at the waiting head only after the prefill phase.
+        skip = set(ctx.preempted)  # prepended by ctx.preempt: they sit at the waiting head
+        waiting = ctx.waiting
+        while len(running) < ctx.max_num_seqs:
+            req = next((r for r in waiting if r not in skip), None)
+            if req is None or not can_allocate_v06(ctx, req, self.watermark):
+                break
+            hit = ctx.lookup(req)
+            left = req.num_tokens - hit[1]
+            n = self._chunk(ctx, left)
+            if n <= 0:
+                break
+            if ctx.admit(req, n, num_lookahead_tokens=left - n, hit=hit) is None:
+                break
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,6 +494,15 @@ class RelServeOptions:
     """Prefill from one relQuery only (default: True for ``ada``/``dp``, False for ``pp``)."""
     zero_uncached_stops: bool = True
     """Code quirk: a request with nothing to compute stops the prefill batch."""
+    nft_rule: str = "code"
+    """``code``: admit while free blocks >= NFT blocks of the requests running when the step
+    began (``scheduler.py:1310``), then vLLM's ``can_allocate``; the mimic batch is capped at
+    free tokens - NFT tokens, each request costing its uncached tokens (``:1136``). ``strict``:
+    free - blocks to admit >= NFT blocks of every running request (admitted ones included), the
+    mimic reserving prompt + ``max_tokens`` per request (this package's first version)."""
+    block_manager: str = "v0.6"
+    """KV checks: ``v0.6`` = vLLM 0.6.6's (watermark 0.01 on admission, worst-case append, as the
+    authors' engine); ``v1`` = the engine's (vLLM V1's admission gate)."""
     seed: int = 0
     """Seed of ``sample="random"``."""
 
@@ -423,6 +514,8 @@ class RelServeOptions:
             "reuse": ("code", "paper"),
             "running_size": ("own", "global"),
             "delta": ("code", "paper"),
+            "nft_rule": ("code", "strict"),
+            "block_manager": BLOCK_MANAGERS,
         }
         for name, allowed in checks.items():
             if getattr(self, name) not in allowed:
@@ -479,6 +572,9 @@ class RelServePolicy(SchedulingPolicy):
             else v != "pp"
         )
         self.stats = {"prefill": 0, "decode": 0, "inter": 0, "delta_prefill": 0, "shortcut": 0}
+        self.v06 = self.options.block_manager == "v0.6"
+        if self.v06:
+            self.fast_forward_safe = False  # worst-case append may preempt mid-stretch
         self._rqs: dict[str, _RQ] = {}
         self._tracked = 0
         self._rng = random.Random(self.options.seed)
@@ -597,25 +693,33 @@ class RelServePolicy(SchedulingPolicy):
         """The candidate prefill batch without admitting: (uncached tokens, size, OL(p))."""
         budget = ctx.token_budget
         seqs = ctx.max_num_seqs - len(ctx.running)
-        free_tokens = ctx.num_free_blocks * ctx.block_size - (
-            self._nft_blocks(ctx) * ctx.block_size if self.options.nft_reservation else 0
-        )
+        code = self.options.nft_rule == "code"
+        if not self.options.nft_reservation:
+            reserve = 0
+        elif code:
+            reserve = sum(_remaining(r) for r in ctx.running)  # NFT tokens
+        else:
+            reserve = self._nft_blocks(ctx) * ctx.block_size
+        free_tokens = ctx.num_free_blocks * ctx.block_size - reserve
         utok = size = ol = 0
         for r in cands:
             n = r.num_tokens - ctx.lookup(r)[1]
             if n <= 0 and self.options.zero_uncached_stops:
                 break
-            if utok + n > budget or size + 1 > seqs or n + r.max_tokens > free_tokens:
+            cost = n if code else n + r.max_tokens
+            if utok + n > budget or size + 1 > seqs or cost > free_tokens:
                 break
             utok += n
             size += 1
             ol = max(ol, r.max_tokens - 1)
-            free_tokens -= n + r.max_tokens
+            free_tokens -= cost
         return utok, size, ol
 
     def _prefill(self, ctx: StepContext, cands: list[Request]) -> bool:
         """Admit whole prompts in order under the budget, ``max_num_seqs`` and the NFT reserve."""
         admitted = False
+        code = self.options.nft_rule == "code"
+        nft0 = self._nft_blocks(ctx)  # the code computes NFT once, before the prefill loop
         for r in cands:
             if len(ctx.running) >= ctx.max_num_seqs:
                 break
@@ -630,9 +734,13 @@ class RelServePolicy(SchedulingPolicy):
             if n > ctx.token_budget:
                 break
             if self.options.nft_reservation:
-                need = ctx.blocks_needed_to_admit(r)
-                if ctx.num_free_blocks - need < self._nft_blocks(ctx):
+                if code:
+                    if ctx.num_free_blocks < nft0:
+                        break
+                elif ctx.num_free_blocks - ctx.blocks_needed_to_admit(r) < self._nft_blocks(ctx):
                     break
+            if self.v06 and not can_allocate_v06(ctx, r):
+                break
             if ctx.admit(r, n, hit=hit) is None:
                 break
             self._rqs[_rq(r)].waiting.remove(r)
@@ -642,7 +750,7 @@ class RelServePolicy(SchedulingPolicy):
 
     def _decode(self, ctx: StepContext) -> None:
         self.stats["decode"] += 1
-        _decode_all(ctx, lambda: ctx.running[-1])
+        _decode_all(ctx, lambda: ctx.running[-1], self.v06)
         if ctx.preempted:
             self._tracked = -1  # force a resync next step
 
@@ -749,8 +857,14 @@ class RelServeBatchTypeAgent:
         return 0 if pol._arrange(ctx, prios, order) else 1
 
 
+def _vllm06(**kw: Any) -> VllmV0Policy:
+    pol = VllmV0Policy(block_manager="v0.6", **kw)
+    pol.name = "vllm-0.6"
+    return pol
+
+
 def register(register_policy: Callable[..., None]) -> None:
-    """Register ``relserve``, ``relserve-pp``, ``relserve-dp`` and ``vllm-sp``.
+    """Register the RelServe policies and the paper's vLLM 0.6.6 baselines.
 
     Constructors accept ``predictors=`` (a :class:`LatencyPredictors`) and RelServe option
     keywords; without predictors they are fitted on first use (:func:`default_predictors`).
@@ -769,6 +883,17 @@ def register(register_policy: Callable[..., None]) -> None:
         "relserve-dp",
         lambda **kw: RelServePolicy(variant="dp", **kw),
         "RelServe ablation: dynamic priorities, decode first in the tail",
+    )
+    register_policy(
+        "sarathi-0.6",
+        Sarathi06Policy,
+        "Sarathi as the RelServe paper ran it: vLLM 0.6.6 chunked prefill (whole-prompt blocks, "
+        "watermark)",
+    )
+    register_policy(
+        "vllm-0.6",
+        _vllm06,
+        "vllm-v0 with vLLM 0.6.6's block-manager checks (watermark, no hit credit)",
     )
     register_policy(
         "vllm-sp",

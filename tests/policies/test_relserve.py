@@ -13,6 +13,7 @@ from llmsched_gym.policies.baselines import VllmV0Policy
 from llmsched_gym.policies.relserve import (
     LatencyPredictors,
     RelServePolicy,
+    Sarathi06Policy,
     VllmSPPolicy,
     delta_latency,
     fit_latency_predictors,
@@ -193,7 +194,10 @@ def test_relserve_beats_vllm_end_to_end() -> None:
 def test_register_names() -> None:
     names: dict[str, object] = {}
     register(lambda name, factory, help: names.setdefault(name, factory))
-    assert set(names) == {"relserve", "relserve-pp", "relserve-dp", "vllm-sp"}
+    assert set(names) == {
+        "relserve", "relserve-pp", "relserve-dp", "vllm-sp", "sarathi-0.6", "vllm-0.6"
+    }  # fmt: skip
+    assert names["vllm-0.6"]().block_manager == "v0.6" and names["vllm-0.6"]().name == "vllm-0.6"
     assert names["relserve-dp"](predictors=PRED).name == "relserve-dp"
 
 
@@ -207,3 +211,147 @@ def test_batch_type_agent_runs_in_env() -> None:
     )
     out = rollout(env, RelServeBatchTypeAgent(RelServePolicy(PRED), env), seed=0)
     assert out["terminated"] and out["steps"] > 0
+
+
+# -- vLLM 0.6.6 block-manager checks (the paper's engine) ----------------------------------------
+def _plain(rid: str, n: int, max_tokens: int = 5, seed: int = 0) -> RequestSpec:
+    ids = tuple(7000 + seed * 1000 + k for k in range(n))
+    return RequestSpec(rid, 0.0, n, max_tokens, max_tokens=max_tokens, prompt_token_ids=ids)
+
+
+def _plain_engine(policy, specs, **cfg) -> Engine:
+    config = EngineConfig.from_dict({"block_size": 16, **cfg})
+    eng = Engine(config, policy, load_cost_model("constant:0.01"), fast_forward=False)
+    eng.add_requests(specs)
+    return eng
+
+
+def test_vllm06_watermark_blocks_admission() -> None:
+    # 500 usable blocks: watermark int(0.01 * 500) = 5. A takes 480 blocks, leaving 20; B needs
+    # 17: vLLM V1's gate admits it (17 <= 20), vLLM 0.6.6's can_allocate does not (20-17 < 5).
+    specs = [_plain("A", 480 * 16, seed=1), _plain("B", 17 * 16, seed=2)]
+    cfg = dict(num_gpu_blocks=501, max_num_batched_tokens=8192)
+    v1 = _plain_engine(VllmV0Policy(), specs, **cfg)
+    v1.step()
+    assert [r.request_id for r in v1.running] == ["A", "B"]
+    v06 = _plain_engine(VllmV0Policy(block_manager="v0.6"), specs, **cfg)
+    v06.step()
+    assert [r.request_id for r in v06.running] == ["A"]
+    v06.step()  # prefill-first finds nothing admissible: a decode step
+    assert [r.request_id for r in v06.running] == ["A"] and v06.running[0].num_output_tokens == 2
+
+
+def test_vllm06_no_prefix_hit_credit() -> None:
+    # B shares A's 3 prompt blocks (held by running A). V1's gate asks B for its 1 new block
+    # only; vLLM 0.6.6's can_allocate counts all 4 blocks of B's prompt against 3 free -> waits.
+    shared = tuple(range(1, 49))
+    a = RequestSpec("A", 0.0, 48, 5, max_tokens=5, prompt_token_ids=shared)
+    b = RequestSpec("B", 0.0, 64, 5, max_tokens=5, prompt_token_ids=shared + tuple(range(900, 916)))
+    cfg = dict(num_gpu_blocks=7, max_num_batched_tokens=64)  # 6 usable blocks, watermark 0
+    for pol, admitted in ((VllmV0Policy(), True), (VllmV0Policy(block_manager="v0.6"), False)):
+        eng = _plain_engine(pol, [a, b], **cfg)
+        eng.step()
+        eng.step()
+        assert ("B" in [r.request_id for r in eng.running]) is admitted, pol.block_manager
+        assert "A" in [r.request_id for r in eng.running]
+
+
+def test_vllm06_worst_case_append_preempts() -> None:
+    # Two 8-token prompts fill the 2 usable blocks; both last blocks have room. V1 decodes both;
+    # vLLM 0.6.6's can_append_slots counts one touched block per decode: with 0 free blocks it
+    # preempts the newest (B) before A's decode.
+    specs = [_plain("A", 8, seed=1), _plain("B", 8, seed=2)]
+    cfg = dict(num_gpu_blocks=3, max_num_batched_tokens=64)
+    v1 = _plain_engine(VllmV0Policy(), specs, **cfg)
+    v1.step()
+    v1.step()
+    assert [r.request_id for r in v1.running] == ["A", "B"]
+    assert sum(r.num_preemptions for r in v1.running) == 0
+    v06 = _plain_engine(VllmV0Policy(block_manager="v0.6"), specs, **cfg)
+    v06.step()
+    assert [r.request_id for r in v06.running] == ["A", "B"]
+    v06.step()
+    assert [r.request_id for r in v06.running] == ["A"]
+    assert next(iter(v06.waiting)).request_id == "B"
+
+
+def test_vllm_sp_uses_vllm06_checks_by_default() -> None:
+    assert VllmSPPolicy().block_manager == "v0.6"
+    assert VllmSPPolicy(block_manager="v1").block_manager == "v1"
+
+
+def test_sarathi06_allocates_whole_prompt_and_admits_after_preemption() -> None:
+    # Chunk 32 (budget, a block multiple): a 100-token prompt holds all 7 blocks after its first
+    # chunk (vLLM 0.6 allocates the whole prompt), the engine-gated sarathi only 2.
+    cfg = dict(num_gpu_blocks=64, max_num_batched_tokens=32)
+    s06 = _plain_engine(Sarathi06Policy(), [_plain("A", 100)], **cfg)
+    s06.step()
+    assert s06.running[0].num_computed_tokens == 32 and len(s06.running[0].blocks) == 7
+    from llmsched_gym.policies.baselines import SarathiPolicy
+
+    s1 = _plain_engine(SarathiPolicy(), [_plain("A", 100)], **cfg)
+    s1.step()
+    assert len(s1.running[0].blocks) == 2
+
+
+def test_relserve_nft_rule_code_vs_strict() -> None:
+    # A (16 tokens, max_tokens 100) runs alone: NFT = 99 tokens -> 99 // 16 + 1 = 7 blocks; 20
+    # usable blocks, 19 free. B (14 blocks, arrives during A's prefill) is the better relQuery,
+    # so ABA prefills it: the code admits (19 >= 7, then can_allocate 19 - 14 >= 0); the strict
+    # rule does not (19 - 14 < 7) and the step decodes A instead.
+    for rule, admitted in (("code", True), ("strict", False)):
+        pol = RelServePolicy(PRED, nft_rule=rule)
+        jobs = [_job("A", 0.0, _prompts(1, 16, 1), max_tokens=100),
+                _job("B", 0.005, _prompts(1, 14 * 16, 2), max_tokens=5)]  # fmt: skip
+        eng = _engine(pol, jobs, num_gpu_blocks=21, max_num_batched_tokens=512)
+        eng.step()
+        assert [r.spec.job_id for r in eng.running] == ["A"]
+        assert eng.ctx.num_free_blocks == 19
+        eng.step()
+        assert ("B" in [r.spec.job_id for r in eng.running]) is admitted, rule
+
+
+def test_relserve_scenarios_use_vllm06_kv_capacity() -> None:
+    # vLLM 0.6.6 (worker.determine_num_available_blocks): 0.9 x total - (weights + non-torch +
+    # activation peak of a max_num_batched_tokens pass); CUDA graphs are captured after the KV
+    # cache is allocated, so no graph term. Our num_gpu_blocks adds the null block.
+    from llmsched_gym.cost import kv_capacity
+    from llmsched_gym.cost.capacity import MemoryOverheads
+
+    v06 = MemoryOverheads(cudagraph_bytes=0)
+    cases = {
+        "relquery-amazon-v0": ("opt-13b", 1, 2048),
+        "relquery-rotten-v0": ("opt-13b", 1, 2048),
+        "relquery-beer-v0": ("opt-13b", 1, 2048),
+        "relquery-pdmx-v0": ("opt-13b", 1, 2048),
+        "relserve-qwen-amazon-v0": ("qwen2.5-32b", 2, 8192),
+        "relserve-llama-amazon-v0": ("llama-2-70b", 4, 4096),
+        "relserve-llama-pdmx-v0": ("llama-2-70b", 4, 4096),
+    }
+    for name, (model, tp, mnbt) in cases.items():
+        cap = kv_capacity(model, "a100-40gb", tp=tp, max_num_batched_tokens=mnbt, overheads=v06)
+        sc = load_scenario(name)
+        assert sc.engine["max_num_batched_tokens"] == mnbt
+        assert sc.engine_config().num_gpu_blocks == cap.num_gpu_blocks + 1, name
+
+
+def test_vllm06_checks_end_preemption_storm() -> None:
+    sc = _small_scenario(40)
+    old = sc.simulate(VllmV0Policy()).requests["num_preemptions"].sum()
+    new = sc.simulate(VllmV0Policy(block_manager="v0.6")).requests["num_preemptions"].sum()
+    assert new * 5 < old, (old, new)
+
+
+@pytest.mark.slow
+def test_full_opt_amazon_top_load_ordering_and_storm() -> None:
+    # The paper's Fig. 5 / Table 6 setting at its top load, 100 relQueries: vLLM 0.6.6's checks
+    # end the recompute storm of the V1-gated baseline; RelServe < vLLM-SP < vLLM.
+    sc = load_scenario("relquery-amazon-v0", {"workload.rate_per_s": 1.0})
+    sp = sc.simulate(VllmSPPolicy(), record_steps=True)
+    rel = sc.simulate(RelServePolicy(fit_latency_predictors(sp)))
+    v06 = sc.simulate(VllmV0Policy(block_manager="v0.6"))
+    v1 = sc.simulate(VllmV0Policy())
+    assert v06.requests["num_preemptions"].sum() < 100 < 500 < v1.requests["num_preemptions"].sum()
+    lat = {k: r.jobs["latency_s"].mean() for k, r in (("rel", rel), ("sp", sp), ("v", v06))}
+    assert lat["rel"] < lat["sp"] < lat["v"]
+    assert 1.3 < lat["v"] / lat["rel"] < 2.0  # paper 2.3-3.1x: see the leaderboard README
