@@ -512,6 +512,11 @@ class RouteEnv(LLMSchedEnv):
             chosen = a
             self.cluster.dispatch(a)
             more = self._next()
+        obs, reward, terminated, truncated, terms = self._end_step(more)
+        return obs, reward, terminated, truncated, self._info(terms, chosen)
+
+    def _end_step(self, more: bool) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
+        """Collect the step's reward terms up to the clock; episode-end flags; observation."""
         self._num_env_steps += 1
         terms = self.ledger.collect(self._clock(), self.reward_scale)
         reward = terms[f"reward_{self.reward_kind}"]
@@ -524,7 +529,7 @@ class RouteEnv(LLMSchedEnv):
         obs = self._observe()
         if self.render_mode == "human":
             self.render()
-        return obs, float(reward), terminated, truncated, self._info(terms, chosen)
+        return obs, float(reward), terminated, truncated, terms
 
     def _observe(self) -> dict[str, np.ndarray]:
         d = self.decision

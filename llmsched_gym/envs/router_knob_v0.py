@@ -121,21 +121,10 @@ class RouterKnobEnv(RouteEnv):
             more = self._next()
         if self.decision is None:
             more = False
-        self._num_env_steps += 1
-        terms = self.ledger.collect(self._clock(), self.reward_scale)
-        reward = terms[f"reward_{self.reward_kind}"]
-        self._episode_return += reward
-        terminated = self.decision is None
-        truncated = not more and not terminated
-        if self.max_episode_steps is not None and self._num_env_steps >= self.max_episode_steps:
-            truncated = not terminated
-        self._ended = terminated or truncated
-        obs = self._observe()
-        if self.render_mode == "human":
-            self.render()
+        obs, reward, terminated, truncated, terms = self._end_step(more)
         info = self._info(terms, None)
         info.update(alpha=alpha, num_routed_in_window=routed)
-        return obs, float(reward), terminated, truncated, info
+        return obs, reward, terminated, truncated, info
 
     action_masks = None  # a continuous action: no masks (RouteEnv's are per-request choices)
 
