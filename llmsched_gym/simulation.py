@@ -64,6 +64,19 @@ class SimulationResult(RequestsFrameMixin):
     _frame: Any = field(default=None, repr=False, compare=False)
 
 
+def spec_columns(specs: Sequence[Any]) -> dict[str, list]:
+    """The record columns that come straight from the requests' specs (SLOs, job, client)."""
+    return {
+        RC.WEIGHT.value: [s.weight for s in specs],
+        RC.SLO_TTFT_S.value: [s.slo_ttft_s for s in specs],
+        RC.SLO_TPOT_S.value: [s.slo_tpot_s for s in specs],
+        RC.DEADLINE_S.value: [s.deadline_s for s in specs],
+        RC.JOB_ID.value: [s.job_id for s in specs],
+        RC.STAGE.value: [s.stage for s in specs],
+        RC.CLIENT_ID.value: [s.client_id for s in specs],
+    }
+
+
 def request_columns(finished: Sequence[Request], instance_id: int = 0) -> dict[str, list]:
     """Per-request record columns (raw ones; derived columns are added by the frame)."""
     reqs = sorted(finished, key=lambda r: r.seq)
@@ -88,13 +101,7 @@ def request_columns(finished: Sequence[Request], instance_id: int = 0) -> dict[s
         RC.NUM_REFILL_TOKENS.value: refill,
         RC.NUM_PREEMPTIONS.value: [r.num_preemptions for r in reqs],
         RC.PRIORITY.value: [r.priority for r in reqs],
-        RC.WEIGHT.value: [s.weight for s in specs],
-        RC.SLO_TTFT_S.value: [s.slo_ttft_s for s in specs],
-        RC.SLO_TPOT_S.value: [s.slo_tpot_s for s in specs],
-        RC.DEADLINE_S.value: [s.deadline_s for s in specs],
-        RC.JOB_ID.value: [s.job_id for s in specs],
-        RC.STAGE.value: [s.stage for s in specs],
-        RC.CLIENT_ID.value: [s.client_id for s in specs],
+        **spec_columns(specs),
         RC.INSTANCE_ID.value: [instance_id] * len(reqs),
         RC.PREFILL_INSTANCE_ID.value: [instance_id] * len(reqs),
         RC.KV_TRANSFER_S.value: [None] * len(reqs),

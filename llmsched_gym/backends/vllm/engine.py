@@ -46,7 +46,7 @@ from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import ConfigError, TraceError
 from llmsched_gym.metrics.columns import RequestColumn as RC
 from llmsched_gym.metrics.columns import StepColumn as SC
-from llmsched_gym.simulation import RequestsFrameMixin
+from llmsched_gym.simulation import RequestsFrameMixin, spec_columns
 
 __all__ = ["LiveEngine", "LiveEngineConfig", "LiveResult", "LiveRun", "LiveStep"]
 
@@ -813,13 +813,7 @@ def _request_columns(states: Sequence[_ReqState]) -> dict[str, list]:
         RC.NUM_REFILL_TOKENS.value: refill,
         RC.NUM_PREEMPTIONS.value: [s.preemptions for s in states],
         RC.PRIORITY.value: [s.priority for s in specs],
-        RC.WEIGHT.value: [s.weight for s in specs],
-        RC.SLO_TTFT_S.value: [s.slo_ttft_s for s in specs],
-        RC.SLO_TPOT_S.value: [s.slo_tpot_s for s in specs],
-        RC.DEADLINE_S.value: [s.deadline_s for s in specs],
-        RC.JOB_ID.value: [s.job_id for s in specs],
-        RC.STAGE.value: [s.stage for s in specs],
-        RC.CLIENT_ID.value: [s.client_id for s in specs],
+        **spec_columns(specs),
         RC.INSTANCE_ID.value: [0] * len(specs),
         RC.PREFILL_INSTANCE_ID.value: [0] * len(specs),
         RC.KV_TRANSFER_S.value: [None] * len(specs),
