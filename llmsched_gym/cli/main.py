@@ -488,6 +488,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.backend != "torch":
         raise ConfigError(f"calibrate: unknown backend {args.backend!r}")
     from llmsched_gym.cost import torch_fit
+    from llmsched_gym.cost.registry import profile_file_stem
 
     out = Path(args.out)
     if args.from_dir:
@@ -503,8 +504,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for folder in folders:
         meas = torch_fit.load_measurements(folder)
         tf = torch_fit.fit_measurements(meas, seed=args.seed)
-        stem = torch_fit.profile_name(meas)[0].replace(":", "-").replace("@", "-")
-        stem = stem.replace("/", "-")
+        stem = profile_file_stem(torch_fit.profile_name(meas)[0])
         dest = out if args.from_dir else folder
         written = torch_fit.write_fit_outputs(
             tf,

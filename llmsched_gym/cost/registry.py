@@ -156,6 +156,11 @@ def _shipped() -> dict[str, tuple[str, dict[str, Any]]]:
     return out
 
 
+def profile_file_stem(name: str) -> str:
+    """Shipped file name of profile ``name``, without ``.yaml`` (``:@/`` become ``-``)."""
+    return re.sub(r"[:@/]", "-", name)
+
+
 def _shipped_by_file_name(name: str) -> tuple[dict[str, Any], str] | None:
     """Parse only the file whose name follows the shipped convention for ``name``, if it exists.
 
@@ -163,7 +168,7 @@ def _shipped_by_file_name(name: str) -> tuple[dict[str, Any], str] | None:
     that one file instead of every profile keeps start-up cheap. The file's own ``name`` must
     match, otherwise the full scan (``_shipped``) decides.
     """
-    file_name = re.sub(r"[:@/]", "-", name) + ".yaml"
+    file_name = profile_file_stem(name) + ".yaml"
     path = resources.files("llmsched_gym.cost").joinpath("profiles", file_name)
     if file_name in ("gpus.yaml", "models.yaml") or not path.is_file():
         return None

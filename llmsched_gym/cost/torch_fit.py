@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,16 @@ import numpy as np
 import pandas as pd
 
 from llmsched_gym._markdown import markdown_table
-from llmsched_gym.cost.fit import _median, _read_csv, _Rows2D
+from llmsched_gym.cost.fit import _median, _read_csv, _Rows2D, _stats
 from llmsched_gym.cost.hardware import get_model
-from llmsched_gym.cost.linearfit import FEATURES, BatchSet, FitResult, FitStats, fit_linear
+from llmsched_gym.cost.linearfit import (
+    FEATURES,
+    BatchSet,
+    FitResult,
+    FitStats,
+    design_batches,
+    fit_linear,
+)
 from llmsched_gym.cost.torch_profile import SAMPLE_OPERATORS, STEP_OPERATORS, TOKEN_OPERATORS
 from llmsched_gym.errors import CostModelError
 
@@ -278,8 +285,6 @@ def gpu_of(meta: dict[str, Any]) -> str | None:
 
 def fit_measurements(meas: Measurements, seed: int = 0, heldout_fraction: float = 0.2) -> TorchFit:
     """Fit the profile on measured steps; compose from operators; tabulate errors by region."""
-    from llmsched_gym.cost.linearfit import design_batches
-
     name, _, _ = profile_name(meas)
     feats = meas.steps.features()
     y = meas.step_times_s
@@ -322,10 +327,6 @@ def fit_measurements(meas: Measurements, seed: int = 0, heldout_fraction: float 
         regions=region_table(pred),
         predictions=pred,
     )
-
-
-def _stats(s: FitStats) -> dict[str, float]:
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(s).items()}
 
 
 def profile_document(tf: TorchFit, created: str | None = None) -> dict[str, Any]:
