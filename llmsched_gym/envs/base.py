@@ -379,7 +379,10 @@ class LLMSchedEnv(gym.Env):
                 f"computed={r.num_computed_tokens}/{r.num_tokens} out={r.num_output_tokens} "
                 f"prio={r.priority} age={eng.now - r.arrival_time:.2f}s"
             )
-        text = "\n".join(lines)
+        return self._emit("\n".join(lines))
+
+    def _emit(self, text: str) -> str | None:
+        """A rendered view: printed in ``human`` mode (returns None), returned otherwise."""
         if self.render_mode == "human":
             print(text)
             return None

@@ -588,11 +588,7 @@ class RouteEnv(LLMSchedEnv):
                 f"waiting={len(e.waiting)} running={len(e.running)} kv={usage:.0%} "
                 f"backlog={backlog:.2f}s finished={len(e.finished)}"
             )
-        text = "\n".join(lines)
-        if self.render_mode == "human":
-            print(text)
-            return None
-        return text
+        return self._emit("\n".join(lines))
 
     def close(self) -> None:
         """Drop the cluster."""
