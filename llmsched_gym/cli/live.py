@@ -193,6 +193,13 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="with --calibrate: calibrate once before all runs instead of before each",
     )
+    p.add_argument(
+        "--scheduler",
+        default="vllm-v1",
+        metavar="POLICY",
+        help="policy on both backends (default vLLM's own); any other runs inside vLLM through "
+        "the project's step context (e.g. sarathi, proserve, infermax:evict-short)",
+    )
     p.add_argument("--runs", type=int, default=1, metavar="N", help="live runs (median shown)")
     p.add_argument(
         "--out", default=None, metavar="DIR", help="default: calibration/reports/vllm-<trace>"
@@ -208,7 +215,8 @@ def run_validate(args: argparse.Namespace) -> int:
 
     trace = str(args.trace)
     stem = Path(trace).stem if Path(trace).suffix else trace
-    out = args.out or f"calibration/reports/vllm-{stem}"
+    policy_tag = "" if args.scheduler == "vllm-v1" else "-" + args.scheduler.replace(":", "-")
+    out = args.out or f"calibration/reports/vllm-{stem}{policy_tag}"
     from llmsched_gym.backends.vllm._deps import vllm_available
 
     if not vllm_available():
@@ -227,6 +235,7 @@ def run_validate(args: argparse.Namespace) -> int:
         runs=args.runs,
         interleave=not args.no_interleave,
         out_dir=out,
+        scheduler=args.scheduler,
     )
     cols = ["metric", "live_mean", "sim_mean", "mean_error_pct", "abs_error_pct_mean"]
     cols += ["abs_error_pct_p50", "abs_error_pct_p99"]

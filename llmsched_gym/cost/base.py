@@ -18,7 +18,8 @@ one iteration at a time.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,6 +54,36 @@ class CostModel(Protocol):
     ) -> np.ndarray:
         """Vectorised ``step_time``; must equal it element by element, bit for bit."""
         ...
+
+
+def item_features(items: Iterable[tuple[int, int]]) -> tuple[int, int, int, int, int, int]:
+    """The five features of ``(c, m)`` items plus ``prefill_kv`` (InferMax's sum of m).
+
+    Accumulated in item order with integers, as the engine does (``prefill_kv`` sums ``m`` over
+    the prefill items).
+    """
+    tokens = attn = dkv = npf = ndc = pkv = 0
+    for c, m in items:
+        tokens += c
+        if c == 1:
+            dkv += m
+            ndc += 1
+        else:
+            attn += c * c + 2 * m * c
+            npf += 1
+            pkv += m
+    return tokens, attn, dkv, npf, ndc, pkv
+
+
+def items_step_time(model: Any, items: Iterable[tuple[int, int]]) -> float:
+    """``model``'s time of a step of ``(c, m)`` items: the same floats as the engine's step.
+
+    Models flagged ``uses_prefill_kv`` also get ``prefill_kv``.
+    """
+    tokens, attn, dkv, npf, ndc, pkv = item_features(items)
+    if getattr(model, "uses_prefill_kv", False):
+        return float(model.step_time(tokens, attn, dkv, npf, ndc, prefill_kv=pkv))
+    return float(model.step_time(tokens, attn, dkv, npf, ndc))
 
 
 class ConstantCostModel:

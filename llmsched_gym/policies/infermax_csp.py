@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmsched_gym.cost.base import items_step_time
 from llmsched_gym.cost.infermax import InferMaxCostModel
 from llmsched_gym.errors import ConfigError
 
@@ -81,19 +82,9 @@ Schedule = list[tuple[dict[int, int], list[int]]]
 
 def batch_cost(model: InferMaxCostModel, items: Sequence[tuple[int, int]]) -> float:
     """Seconds of a batch of ``(c, m)`` items (``m`` = KV before it), exact ``Σ_p m``."""
-    tokens = attn = dkv = npf = ndc = pkv = 0
-    for c, m in items:
-        tokens += c
-        if c == 1:
-            dkv += m
-            ndc += 1
-        else:
-            attn += c * c + 2 * m * c
-            npf += 1
-            pkv += m
-    if tokens == 0:
+    if not any(c for c, _ in items):
         return 0.0
-    return model.step_time(tokens, attn, dkv, npf, ndc, prefill_kv=pkv)
+    return items_step_time(model, items)
 
 
 def schedule_latency(inst: Instance, schedule: Schedule, model: InferMaxCostModel) -> dict:

@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,11 +159,88 @@ def test_one_policy_object_drives_both_backends(live_engines, small_config, tmp_
     assert first == [s.request_id for s in by_key][: len(first)]
 
 
-def test_policies_that_build_their_own_batches_are_refused():
-    from llmsched_gym.backends.vllm.scheduler import check_policy
-    from llmsched_gym.errors import ConfigError
+def shared_prefix_workload(n=16, seed=5):
+    """Spread arrivals, three shared 96-token system prompts, SLOs and two priority classes: a
+    workload where prefix hits, preemptions and the clock all shape the schedule."""
+    rng = np.random.default_rng(seed)
+    systems = [[int(t) for t in rng.integers(20, 400, 96)] for _ in range(3)]
+    specs = []
+    for i in range(n):
+        tail = [int(t) for t in rng.integers(20, 400, int(rng.integers(10, 120)))]
+        ids = systems[i % 3] + tail
+        out = int(rng.integers(20, 80))
+        specs.append(
+            RequestSpec(f"q{i}", 0.004 * i, len(ids), out, out + 100, prompt_token_ids=tuple(ids),
+                        priority=i % 2, weight=2.0 if i % 2 == 0 else 1.0, slo_ttft_s=0.05,
+                        slo_tpot_s=0.01)
+        )  # fmt: skip
+    return specs
+
+
+LIVE_PROFILE = str(Path(__file__).resolve().parents[2] / "calibration" / "vllm" / "profile.yaml")
+"""The committed live-engine profile: the clock of ``timer="model"`` runs and of the simulator."""
+
+
+def _logs_equal(live, specs, policy_name, config, tmp_path):
+    from llmsched_gym.policies.registry import make_policy
+    from llmsched_gym.simulation import simulate
+
+    log = tmp_path / "sim.jsonl"
+    simulate(specs, config=config, scheduler=make_policy(policy_name), cost_model=LIVE_PROFILE,
+             schedule_log=log)  # fmt: skip
+    sim = [json.loads(x) for x in log.read_text().splitlines()]
+    keys = ("time", "scheduled", "new", "resumed", "preempted", "finished", "num_free_blocks")
+    mine = [{k: a[k] for k in keys} for a in live.schedule_log()]
+    assert mine == [{k: b[k] for k in keys} for b in sim]
+    return mine
+
+
+@pytest.mark.parametrize(
+    ("name", "evicts", "caches"),
+    [
+        ("sarathi", True, True),
+        ("proserve", True, True),
+        ("infermax:evict-short", True, False),
+        ("infermax:sarathi-ef", False, False),  # eviction-free; InferMax runs without caching
+        ("vllm-v0", True, True),
+    ],
+)
+def test_reference_agents_schedule_vllm_as_they_schedule_the_simulator(
+    live_engines, small_config, tmp_path, name, evicts, caches
+):
+    """A policy that builds its own batches (Sarathi, ProServe's SlideBatching, InferMax's
+    presets and evict-short) schedules a real vLLM engine through ``LiveStepContext``: with the
+    simulator's clock (``timer="model"``) every step, prefix hit and preemption is the same."""
+    from llmsched_gym.backends.vllm.scheduler import policy_scheduler_cls
+    from llmsched_gym.backends.vllm.stepctx import LiveStepContext
     from llmsched_gym.policies.registry import make_policy
 
-    check_policy(make_policy("vllm-v1"))
-    with pytest.raises(ConfigError, match="builds its own batches"):
-        check_policy(make_policy("sarathi"))
+    policy = make_policy(name)
+    cls = policy_scheduler_cls(policy, cost_model=LIVE_PROFILE)
+    assert cls.__name__ == f"PolicyStepScheduler[{policy.name}]"
+    engine = live_engines.get(small_config(scheduler_cls=cls))
+    specs = shared_prefix_workload()
+    live = engine.run(specs, timer="model", cost_model=LIVE_PROFILE)
+    mine = _logs_equal(live, specs, name, engine.config.engine, tmp_path)
+    assert sum(len(x["finished"]) for x in mine) == len(specs)
+    assert (sum(len(x["preempted"]) for x in mine) > 0) == evicts  # the small cache is full
+    assert (live.summary["prefix_cache_hit_rate"] > 0.2) == caches
+    assert engine.scheduler.bound_policy is policy and LiveStepContext
+
+
+def test_vllm_v1_run_as_a_policy_equals_vllm_s_own_scheduler(live_engines, small_config):
+    """The simulator's vLLM V1 policy, driving vLLM through the step context, makes exactly the
+    decisions of vLLM's own ``schedule()`` on the same engine settings (prefix hits and
+    preemptions included): the adapter adds nothing of its own."""
+    from llmsched_gym.backends.vllm.scheduler import policy_scheduler_cls
+    from llmsched_gym.policies.registry import make_policy
+
+    specs = shared_prefix_workload(seed=9)
+    logs = []
+    for cls in (None, policy_scheduler_cls(make_policy("vllm-v1"), mode="step")):
+        engine = live_engines.get(small_config(scheduler_cls=cls))
+        live = engine.run(specs, timer="model", cost_model=LIVE_PROFILE)
+        logs.append(live.schedule_log())
+    keys = ("time", "scheduled", "new", "resumed", "preempted", "finished", "num_free_blocks")
+    a, b = ([{k: x[k] for k in keys} for x in log] for log in logs)
+    assert a == b and sum(len(x["preempted"]) for x in a) >= 1

@@ -199,3 +199,25 @@ def test_merge_calibrations_pools_repeats_of_the_same_composition():
     assert all(len(s.times_s) == 3 for s in merged.steps)
     # the pooled median is the middle part's time
     assert np.isclose(merged.steps[0].times_s[2], 0.011) and merged.heldout_mape_pct < 1.0
+
+
+def test_policy_inside_vllm_needs_a_cost_model_when_it_reads_one():
+    """A policy whose reset reads the engine's cost model (ProServe's estimator) gets an error
+    naming the fix inside vLLM; the scheduler-class factory checks its mode; reordering
+    policies are told apart from batch builders."""
+    from llmsched_gym.backends.vllm.scheduler import policy_scheduler_cls
+    from llmsched_gym.backends.vllm.stepctx import _EngineShim
+    from llmsched_gym.config import EngineConfig
+    from llmsched_gym.errors import ConfigError
+    from llmsched_gym.policies.registry import make_policy
+
+    policy = make_policy("proserve")
+    with pytest.raises(ConfigError, match="cost_model"):
+        policy.reset(_EngineShim(EngineConfig(), None, policy))
+    with pytest.raises(ConfigError, match="mode"):
+        policy_scheduler_cls(policy, mode="fast")
+
+    from llmsched_gym.backends.vllm.scheduler import is_reorder_policy
+
+    assert is_reorder_policy(make_policy("static-priority:priority"))
+    assert not is_reorder_policy(make_policy("sarathi"))

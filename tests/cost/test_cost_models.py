@@ -159,3 +159,18 @@ def test_linearize_fits_with_reported_error():
     assert fit.train.n + fit.heldout.n == 800
     again = model.linearize(num_batches=800, seed=1)
     assert again.model.coefficients() == fit.model.coefficients()  # deterministic
+
+
+def test_items_step_time_prices_c_m_items_as_the_engine_accumulates_them():
+    from llmsched_gym.cost.base import LinearCostModel, item_features, items_step_time
+    from llmsched_gym.cost.infermax import InferMaxCostModel
+
+    items = [(1, 100), (64, 32), (1, 7), (3, 0)]
+    assert item_features(items) == (69, 64 * 64 + 2 * 32 * 64 + 9, 107, 2, 2, 32)
+    lin = LinearCostModel(0.01, 1e-4, 1e-8, 1e-6, 1e-3, 2e-4)
+    assert items_step_time(lin, items) == lin.step_time(69, 64 * 64 + 2 * 32 * 64 + 9, 107, 2, 2)
+    im = InferMaxCostModel()  # uses_prefill_kv: gets the prefill items' m too
+    assert items_step_time(im, items) == im.step_time(
+        69, 64 * 64 + 2 * 32 * 64 + 9, 107, 2, 2, prefill_kv=32
+    )
+    assert items_step_time(im, items) != im.step_time(69, 64 * 64 + 2 * 32 * 64 + 9, 107, 2, 2)

@@ -8,7 +8,10 @@ does not import vLLM; building a ``LiveEngine`` does, and says what to install w
   (``llmsched_gym.backends.vllm.engine``);
 * ``calibrate``: fit a linear cost profile from measured live steps (``.calibrate``);
 * ``validate``: the same trace on the live engine and in the simulator, compared (``.validate``);
-* ``policy_scheduler_cls``: a vLLM ``scheduler_cls`` that runs a project policy (``.scheduler``).
+* ``policy_scheduler_cls``: a vLLM ``scheduler_cls`` that runs a project policy (``.scheduler``):
+  reordering policies feed vLLM's own ``schedule()`` their order and victims; any other policy
+  (Sarathi, InferMax, ProServe, ...) builds every step itself on vLLM's queues and KV cache
+  through ``LiveStepContext`` (``.stepctx``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ _LAZY = {
     "ValidationResult": "validate",
     "validate": "validate",
     "policy_scheduler_cls": "scheduler",
+    "policy_step_scheduler_cls": "stepctx",
+    "LiveStepContext": "stepctx",
 }
 
 __all__ = ["INSTALL_HINT", "vllm_available", *_LAZY]

@@ -16,7 +16,9 @@ scheduler's state can be read directly. ``LiveRun`` replays a workload on it:
    (``clock="wall"``). A step's time is its wall-clock time (``timer="wall"``, the default) or,
    on a machine shared with other work, the CPU time this process spent in it
    (``timer="cpu"``: time slices taken by other processes do not count; only meaningful for a
-   CPU engine with a fixed number of threads).
+   CPU engine with a fixed number of threads), or the step time a cost model predicts for the
+   batch vLLM actually ran (``timer="model"``: the simulator's clock on a real engine, so
+   policies that read the clock decide as they would in the simulator).
 
 The per-request records, per-step records and schedule log use the simulator's formats
 (``llmsched_gym.metrics``, DESIGN.md "Contracts"), so the summary metrics, tables and comparisons
@@ -43,6 +45,7 @@ from llmsched_gym.backends.vllm.model import TinyModelSpec
 from llmsched_gym.backends.vllm.tokens import prompt_token_ids
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.cost.base import items_step_time
 from llmsched_gym.errors import ConfigError, TraceError
 from llmsched_gym.metrics.columns import RequestColumn as RC
 from llmsched_gym.metrics.columns import StepColumn as SC
@@ -51,7 +54,7 @@ from llmsched_gym.simulation import RequestsFrameMixin, spec_columns
 __all__ = ["LiveEngine", "LiveEngineConfig", "LiveResult", "LiveRun", "LiveStep"]
 
 CLOCKS = ("engine", "wall")
-TIMERS = ("wall", "cpu")
+TIMERS = ("wall", "cpu", "model")
 
 
 @dataclass(frozen=True)
@@ -379,7 +382,11 @@ class LiveEngine:
 
     # -- use ---------------------------------------------------------------------------------
     def start(
-        self, specs: Iterable[RequestSpec] = (), clock: str = "engine", timer: str = "wall"
+        self,
+        specs: Iterable[RequestSpec] = (),
+        clock: str = "engine",
+        timer: str = "wall",
+        cost_model: Any = None,
     ) -> LiveRun:
         """Begin replaying ``specs`` (more can be added); the engine must be idle."""
         if self._active is not None and not self._active.closed:
@@ -389,7 +396,7 @@ class LiveEngine:
         with contextlib.suppress(Exception):
             self.core.reset_prefix_cache()
         self._captured["preempted"] = []
-        run = LiveRun(self, clock=clock, timer=timer)
+        run = LiveRun(self, clock=clock, timer=timer, cost_model=cost_model)
         run.add_requests(list(specs))
         self._active = run
         return run
@@ -413,9 +420,10 @@ class LiveEngine:
         max_steps: int | None = None,
         progress: Callable[[int], None] | None = None,
         timer: str = "wall",
+        cost_model: Any = None,
     ) -> LiveResult:
-        """Replay ``specs`` to completion and return the records."""
-        run = self.start(specs, clock=clock, timer=timer)
+        """Replay ``specs`` to completion and return the records (``timer``: see ``LiveRun``)."""
+        run = self.start(specs, clock=clock, timer=timer, cost_model=cost_model)
         run.run(max_steps=max_steps, progress=progress)
         return run.result()
 
@@ -446,13 +454,30 @@ class LiveRun:
     ``prefix_cache_hits`` (tokens), ``num_preemptions``, and per request ``request_state``.
     """
 
-    def __init__(self, engine: LiveEngine, clock: str = "engine", timer: str = "wall") -> None:
+    def __init__(
+        self,
+        engine: LiveEngine,
+        clock: str = "engine",
+        timer: str = "wall",
+        cost_model: Any = None,
+    ) -> None:
         if clock not in CLOCKS:
             raise ConfigError(f"clock must be one of {CLOCKS}, got {clock!r}")
         if timer not in TIMERS:
             raise ConfigError(f"timer must be one of {TIMERS}, got {timer!r}")
-        if clock == "wall" and timer == "cpu":
-            raise ConfigError("clock='wall' measures real time; timer='cpu' needs clock='engine'")
+        if clock == "wall" and timer != "wall":
+            raise ConfigError(
+                f"clock='wall' measures real time; timer={timer!r} needs clock='engine'"
+            )
+        if (timer == "model") != (cost_model is not None):
+            raise ConfigError(
+                "timer='model' needs a cost_model, and a cost_model needs timer='model'"
+            )
+        if isinstance(cost_model, (str, Path)):
+            from llmsched_gym.cost.registry import load_cost_model
+
+            cost_model = load_cost_model(str(cost_model))
+        self.cost_model = cost_model
         self.timer = timer
         self.engine = engine
         self.clock = clock
@@ -468,6 +493,9 @@ class LiveRun:
         self.closed = False
         self._seq = 0
         self._vocab = engine.config.tiny.vocab_size if engine.config.model is None else None
+        if hasattr(engine.scheduler, "live_run"):  # a policy schedules the steps: a fresh start
+            engine.scheduler.live_run = self
+            engine.scheduler.reset_policy()
 
     # -- requests ----------------------------------------------------------------------------
     def add_requests(self, specs: Sequence[RequestSpec]) -> None:
@@ -676,10 +704,12 @@ class LiveRun:
         outputs, _ = eng.core.step()
         duration = time.perf_counter() - t0
         cpu = time.process_time() - c0
+        items: list[tuple[str, int, int]] = cap.get("items", [])
+        if self.timer == "model":
+            duration = items_step_time(self.cost_model, [(c, m) for _, c, m in items])
         end = start + (cpu if self.timer == "cpu" else duration)
         if self.clock == "wall":
             end = max(end, time.perf_counter() - self._wall0)
-        items: list[tuple[str, int, int]] = cap.get("items", [])
         preempted = list(cap["preempted"])
         new: dict[str, int] = {}
         resumed: dict[str, int] = {}
@@ -730,6 +760,9 @@ class LiveRun:
         cap["items"] = []
         self.steps.append(rec)
         self.now = end
+        after = getattr(eng.scheduler, "after_step", None)
+        if after is not None:
+            after(end)
         return rec
 
     def run(

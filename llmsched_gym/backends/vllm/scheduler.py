@@ -15,8 +15,9 @@ own priority afterwards. Admission, chunking and the phase structure stay vLLM's
 the policies whose ``schedule`` *is* vLLM V1's with their own order and victims: ``vllm-v1``
 (FCFS or priority queue) and every ``static-priority:*`` key — the same objects the simulator
 runs (``make_policy("static-priority:shortest-prompt")`` drives both backends). Policies that
-change admission or chunk sizes (Sarathi, InferMax, ProServe, RelServe...) are refused with an
-explanation: they need a step-context adapter over vLLM's KV manager, which is not built yet.
+change admission or chunk sizes (Sarathi, InferMax, ProServe, RelServe...) get
+``llmsched_gym.backends.vllm.stepctx``'s scheduler instead, whose every step is the policy's
+``schedule(ctx)`` on vLLM's queues and KV cache; ``policy_scheduler_cls`` picks the right one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from llmsched_gym.backends.vllm._deps import import_vllm
 from llmsched_gym.errors import ConfigError
 
-__all__ = ["RequestView", "check_policy", "policy_scheduler_cls"]
+__all__ = ["RequestView", "check_policy", "is_reorder_policy", "policy_scheduler_cls"]
 
 
 class RequestView:
@@ -76,6 +77,15 @@ def check_policy(policy: Any) -> None:
         raise ConfigError("inside vLLM 0.32 the preemption rule is vLLM 0.32's ('0.32')")
 
 
+def is_reorder_policy(policy: Any) -> bool:
+    """Whether ``policy`` is vLLM V1's step with its own order and victims (``check_policy``)."""
+    try:
+        check_policy(policy)
+    except ConfigError:
+        return False
+    return True
+
+
 def _dense_ranks(views: list[RequestView], key: Any) -> dict[str, int]:
     """Request id -> rank of its key (equal keys share a rank), lowest key first."""
     ranks: dict[str, int] = {}
@@ -90,13 +100,23 @@ def _dense_ranks(views: list[RequestView], key: Any) -> dict[str, int]:
     return ranks
 
 
-def policy_scheduler_cls(policy: Any) -> type:
+def policy_scheduler_cls(policy: Any, cost_model: Any = None, mode: str = "auto") -> type:
     """A vLLM ``Scheduler`` subclass driven by ``policy`` (pass it as ``scheduler_cls``).
 
-    The class holds the policy object itself, so it only works in-process (the live backend's
+    ``mode="ranks"`` keeps vLLM's own ``schedule()`` and feeds it the policy's order and victims
+    (only for ``is_reorder_policy`` policies); ``mode="step"`` runs the policy's ``schedule``
+    on every step (``stepctx.policy_step_scheduler_cls``; ``cost_model`` is what its ``reset``
+    sees as the engine's); ``auto`` takes ``ranks`` when it applies. The class holds the policy
+    object itself, so it only works in-process (the live backend's
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0``). The engine's ``scheduling_policy`` must be the
     policy's queue discipline (``priority`` for ``static-priority:*``); the scheduler checks.
     """
+    if mode not in ("auto", "ranks", "step"):
+        raise ConfigError(f"mode must be 'auto', 'ranks' or 'step', got {mode!r}")
+    if mode == "step" or (mode == "auto" and not is_reorder_policy(policy)):
+        from llmsched_gym.backends.vllm.stepctx import policy_step_scheduler_cls
+
+        return policy_step_scheduler_cls(policy, cost_model)
     check_policy(policy)
     import_vllm()
     from vllm.v1.core.sched.request_queue import PriorityRequestQueue

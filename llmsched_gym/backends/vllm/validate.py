@@ -217,7 +217,8 @@ def validate(
         engine: a ``LiveEngine``; its ``config.engine`` is the simulator's engine config too.
         specs: the requests (lengths, or token ids; ids are synthesised as the live engine does).
         cost_model: the calibrated profile (a spec string, a path, or a cost model).
-        scheduler: the simulator's scheduler (vLLM's own runs live).
+        scheduler: the simulator's policy; live, the engine's own ``scheduler_cls`` runs (vLLM's,
+            or this policy inside vLLM when the engine was built with it: ``run_validation``).
         name: label of the run.
         timer: the live run's step timer (``wall`` or ``cpu``, see ``LiveRun``); use the one the
             profile was calibrated with.
@@ -492,6 +493,7 @@ def run_validation(
     interleave: bool = True,
     out_dir: str | Path | None = None,
     name: str | None = None,
+    scheduler: str = "vllm-v1",
 ) -> tuple[ValidationResult, dict[str, Path]]:
     """Validate the simulator on a shipped trace (or a trace file) scaled to this machine.
 
@@ -506,6 +508,11 @@ def run_validation(
     ``calibration_repeats`` repeats precedes every live run and the profile is fitted on all
     parts (``merge_calibrations``).
 
+    ``scheduler`` other than ``vllm-v1`` runs that project policy inside vLLM (its
+    ``schedule`` builds every live step, ``backends.vllm.stepctx``; its estimators see
+    ``cost_model``) and in the simulator; it needs a given profile (not ``calibrate_first``:
+    the calibration probes assume vLLM's own scheduler) and an engine built here.
+
     Returns:
         The result and, when ``out_dir`` is given, the written files.
     """
@@ -514,6 +521,28 @@ def run_validation(
     from llmsched_gym.workloads.trace import load_trace
 
     own = engine is None
+    if scheduler != "vllm-v1":
+        import dataclasses
+
+        from llmsched_gym.backends.vllm.scheduler import policy_scheduler_cls
+        from llmsched_gym.policies.registry import make_policy
+
+        if calibrate_first or not own or cost_model is None:
+            raise ConfigError(
+                f"scheduler={scheduler!r} runs inside vLLM with a given profile on an engine "
+                "built here: pass cost_model, no engine, and no calibrate_first (the "
+                "calibration probes assume vLLM's own scheduler)"
+            )
+        policy = make_policy(scheduler)
+        base_cfg = config or LiveEngineConfig()
+        queue = policy.queue_policy(base_cfg.engine)
+        config = dataclasses.replace(
+            base_cfg,
+            engine=dataclasses.replace(base_cfg.engine, scheduling_policy=queue),
+            scheduler_cls=policy_scheduler_cls(policy, cost_model=load_cost_model(str(cost_model))
+                                               if isinstance(cost_model, (str, Path))
+                                               else cost_model),
+        )  # fmt: skip
     engine = engine or LiveEngine(config or LiveEngineConfig())
     load_before = _loadavg()
     try:
@@ -562,7 +591,10 @@ def run_validation(
                 validate(engine, specs, model, name=label, timer=timer, live=lv) for lv in lives
             ]
         else:
-            results = [validate(engine, specs, model, name=label, timer=timer) for _ in range(runs)]
+            results = [
+                validate(engine, specs, model, scheduler=scheduler, name=label, timer=timer)
+                for _ in range(runs)
+            ]
         errs = [r.mean_e2e_error_pct for r in results]
         live_means = [float(r.table.set_index("metric").loc["e2e_s", "live_mean"]) for r in results]
         chosen = results[int(np.argsort(errs)[len(errs) // 2])]
