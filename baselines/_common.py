@@ -29,6 +29,18 @@ def parser(description: str, env_id: str, overrides: dict[str, Any]) -> argparse
     return p
 
 
+def quiet_logger(model: Any) -> Any:
+    """Give ``model`` a logger that writes nothing.
+
+    Without one, SB3's ``learn`` creates an empty ``SB3-<date>`` folder in the temp directory on
+    every run even at ``verbose=0``.
+    """
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
+
+
 def evaluate(
     env_id: str, overrides: dict[str, Any], agent: Any, seed: int, **env_kwargs: Any
 ) -> dict[str, float]:

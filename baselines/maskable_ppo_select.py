@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gymnasium as gym  # noqa: E402
-from _common import evaluate, parser, write  # noqa: E402
+from _common import evaluate, parser, quiet_logger, write  # noqa: E402
 
 import llmsched_gym.envs  # noqa: E402,F401 - registers the ids
 
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = MaskablePPO(
         "MultiInputPolicy", venv, n_steps=256, batch_size=128, seed=args.seed, verbose=0
     )
+    quiet_logger(model)
     model.learn(total_timesteps=args.timesteps)
     result = evaluate(args.env_id, overrides, model, args.seed, top_k=8)
     result.update(
