@@ -114,7 +114,9 @@ def resolve_config(
     """An EngineConfig from an object, mapping or file.
 
     ``num_gpu_blocks`` comes from the cost profile (as vLLM sizes its KV cache) when the config
-    does not set it and the profile knows its model and GPU.
+    does not set it and the profile knows its model and GPU; the profile's ``num_gpu_blocks``
+    gets the config's ``block_size``, ``max_num_batched_tokens`` and ``max_num_seqs`` (vLLM's
+    profiling batch).
     """
     if isinstance(config, EngineConfig):
         return config
@@ -127,8 +129,21 @@ def resolve_config(
     if "num_gpu_blocks" not in data:
         derive = getattr(cost_model, "num_gpu_blocks", None)
         if callable(derive):
-            data["num_gpu_blocks"] = int(derive(block_size=data.get("block_size", 16)))
+            data["num_gpu_blocks"] = int(derive(**_capacity_kwargs(data)))
     return EngineConfig.from_dict(data)
+
+
+def _capacity_kwargs(data: dict) -> dict[str, Any]:
+    """The config's settings that size vLLM's KV cache (``num_gpu_blocks`` keyword arguments).
+
+    vLLM profiles one forward pass of ``max_num_batched_tokens`` tokens and a sampler pass over
+    ``max_num_seqs`` rows before sizing the cache, so both change the block count.
+    """
+    defaults = EngineConfig()
+    return {
+        name: data.get(name, getattr(defaults, name))
+        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs")
+    }
 
 
 def simulate(

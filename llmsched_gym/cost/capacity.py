@@ -18,8 +18,20 @@ How vLLM 0.32 sizes the KV cache (read in the wheel's ``vllm/v1/worker/gpu_worke
     num_blocks        = available_kv // bytes_per_block
 
 ``num_blocks`` includes the null block that vLLM's ``BlockPool`` reserves (DESIGN.md counts it in
-``num_gpu_blocks`` too). Each TP rank computes its own count and the engine takes the minimum; ranks
-are symmetric here, so one computation suffices.
+``num_gpu_blocks`` too).
+
+``mode="vllm-0.6"`` sizes the cache as vLLM 0.6.6's V0 worker does (``Worker.
+determine_num_available_blocks`` in ``vllm/worker/worker.py``): ``total * gpu_memory_utilization -
+(weights + non-torch memory + the profiled activation peak)``, divided by the block size. There is
+no CUDA-graph term (V0 captures its graphs after sizing the cache) and V0 has no null block; the
+returned ``num_gpu_blocks`` adds one for the simulator's reserved block, so it is V0's count + 1.
+With the default estimates this reproduces the RelServe scenarios' counts (vLLM 0.6.6 defaults,
+0.9 utilisation, block 16, ``max_num_seqs`` 256): 832 for OPT-13B on A100-40GB (TP1,
+``max_num_batched_tokens`` 2048), 455 for Qwen2.5-32B on 2×A100-40GB (TP2, 8192) and 344 for
+Llama-2-70B on 4×A100-40GB (TP4, 4096).
+
+Each TP rank computes its own count and the engine takes the minimum; ranks are symmetric here,
+so one computation suffices.
 
 The weights and the KV page size follow from the model's shapes exactly. The activation peak, the
 non-torch memory and the CUDA-graph pool are *measured* by vLLM at start-up; here they are explicit,
@@ -37,6 +49,7 @@ from llmsched_gym.cost.hardware import GPUSpec, ModelSpec, get_gpu, get_model
 from llmsched_gym.errors import CostModelError
 
 __all__ = [
+    "CAPACITY_MODES",
     "KVCapacity",
     "MemoryOverheads",
     "kv_capacity",
@@ -45,6 +58,10 @@ __all__ = [
 ]
 
 GiB = 1 << 30
+
+CAPACITY_MODES = ("vllm-v1", "vllm-0.6")
+"""How the KV budget is computed: vLLM V1 (0.32, CUDA-graph estimate, null block counted) or
+vLLM 0.6.6's V0 worker (no CUDA-graph term, no null block; +1 added for the simulator's)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +165,7 @@ def kv_capacity(
     max_num_seqs: int = 256,
     overheads: MemoryOverheads | None = None,
     available_kv_cache_bytes: int | None = None,
+    mode: str = "vllm-v1",
 ) -> KVCapacity:
     """Compute one GPU's KV-cache budget the way vLLM does; see the module docstring.
 
@@ -163,6 +181,9 @@ def kv_capacity(
             None means the documented defaults of :class:`MemoryOverheads`.
         available_kv_cache_bytes: if given (from a vLLM log's "Available KV cache memory"), skip the
             estimate and only divide by the block size.
+        mode: ``"vllm-v1"`` (default) or ``"vllm-0.6"``: vLLM 0.6.6's V0 budget, without the
+            CUDA-graph term; its block count (no null block in V0) plus one for the simulator's
+            null block (see the module docstring).
 
     Returns:
         A :class:`KVCapacity` with ``num_gpu_blocks`` and every term of the budget.
@@ -174,6 +195,8 @@ def kv_capacity(
     """
     m, g = get_model(model), get_gpu(gpu)
     overheads = overheads or MemoryOverheads()
+    if mode not in CAPACITY_MODES:
+        raise CostModelError(f"capacity mode must be one of {CAPACITY_MODES}, got {mode!r}")
     m.check_tp(tp)
     if not isinstance(block_size, int) or block_size < 1:
         raise CostModelError(f"block_size must be a positive integer of tokens, got {block_size!r}")
@@ -197,9 +220,11 @@ def kv_capacity(
     else:
         act = peak_activation_bytes(m, tp, max_num_batched_tokens, max_num_seqs, overheads)
         non_torch = overheads.non_torch_bytes + (overheads.nccl_bytes if tp > 1 else 0)
-        cudagraph = overheads.cudagraph_bytes
+        cudagraph = overheads.cudagraph_bytes if mode == "vllm-v1" else 0
         available = requested - weights - act - non_torch - cudagraph
     blocks = available // bytes_per_block if available > 0 else 0
+    if mode == "vllm-0.6" and blocks > 0:
+        blocks += 1  # V0 has no null block; the simulator reserves one
     if blocks < 2:  # the null block plus at least one usable block
         fits = _smallest_fitting_tp(m, g, gpu_memory_utilization)
         fix = (
@@ -238,11 +263,13 @@ def num_gpu_blocks(
     max_num_seqs: int = 256,
     overheads: MemoryOverheads | None = None,
     available_kv_cache_bytes: int | None = None,
+    mode: str = "vllm-v1",
 ) -> int:
     """Number of KV blocks vLLM would allocate (null block included); see :func:`kv_capacity`.
 
     ``floor((total * util - weights - activation peak - non-torch - CUDA graphs) /
-    (block_size * 2 * layers * kv_heads/TP * head_dim * dtype_bytes))``.
+    (block_size * 2 * layers * kv_heads/TP * head_dim * dtype_bytes))``; ``mode="vllm-0.6"``:
+    no CUDA-graph term, plus one (V0 has no null block).
     """
     return kv_capacity(
         model,
@@ -254,4 +281,5 @@ def num_gpu_blocks(
         max_num_seqs=max_num_seqs,
         overheads=overheads,
         available_kv_cache_bytes=available_kv_cache_bytes,
+        mode=mode,
     ).num_gpu_blocks

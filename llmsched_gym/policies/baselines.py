@@ -47,15 +47,48 @@ def watermark_blocks(ctx: StepContext, watermark: float = 0.01) -> int:
     return int(watermark * (ctx.num_gpu_blocks - 1))
 
 
-def can_allocate_v06(ctx: StepContext, req: Request, watermark: float = 0.01) -> bool:
-    """vLLM 0.6.6 ``SelfAttnBlockSpaceManager.can_allocate(...) == AllocStatus.OK``.
+def alloc_status_v06(ctx: StepContext, req: Request, watermark: float = 0.01) -> str:
+    """vLLM 0.6.6 ``SelfAttnBlockSpaceManager.can_allocate``: ``"ok"``, ``"later"`` or ``"never"``.
 
-    ``free - ceil(len(seq) / block_size) >= watermark_blocks``: the blocks of the whole current
-    sequence (prompt plus generated tokens of a preempted one), no credit for prefix hits; free
-    blocks include evictable cached ones (``PrefixCachingBlockAllocator.get_num_free_blocks``).
+    ``need = ceil(len(seq) / block_size)``: the blocks of the whole current sequence (prompt plus
+    the generated tokens of a preempted one), no credit for prefix hits; free blocks include
+    evictable cached ones (``PrefixCachingBlockAllocator.get_num_free_blocks``). ``"never"``
+    when ``num_blocks - need < watermark_blocks`` (the request could not be admitted even into
+    an empty cache), ``"ok"`` when ``free - need >= watermark_blocks``, else ``"later"``.
     """
     need = -(-req.num_tokens // ctx.block_size)
-    return ctx.num_free_blocks - need >= watermark_blocks(ctx, watermark)
+    wm = watermark_blocks(ctx, watermark)
+    if ctx.num_gpu_blocks - 1 - need < wm:
+        return "never"
+    return "ok" if ctx.num_free_blocks - need >= wm else "later"
+
+
+def can_allocate_v06(
+    ctx: StepContext, req: Request, watermark: float = 0.01, policy: str = "vLLM 0.6"
+) -> bool:
+    """vLLM 0.6.6 ``can_allocate(...) == AllocStatus.OK`` (see :func:`alloc_status_v06`).
+
+    Raises:
+        PolicyError: ``AllocStatus.NEVER``: the sequence can never be admitted, even into an
+            empty cache, because of the watermark (or because a recompute-preempted sequence
+            grew past the cache). vLLM 0.6.6 marks such a request ``FINISHED_IGNORED`` and drops
+            it (``Scheduler._schedule_prefills``: "... exceeds the capacity of block_manager");
+            the simulator keeps every request it was given, so it stops with this error instead
+            of dropping the request or waiting for it forever.
+    """
+    status = alloc_status_v06(ctx, req, watermark)
+    if status == "never":
+        need = -(-req.num_tokens // ctx.block_size)
+        total = ctx.num_gpu_blocks - 1
+        raise PolicyError(
+            f"{policy}: request {req.request_id!r} can never be allocated (vLLM 0.6.6 "
+            f"AllocStatus.NEVER): its {req.num_tokens} tokens need {need} blocks of "
+            f"{ctx.block_size} but the cache has {total} blocks of which the watermark "
+            f"({watermark}) keeps {watermark_blocks(ctx, watermark)} free; vLLM 0.6.6 would "
+            "ignore the request (FINISHED_IGNORED); raise num_gpu_blocks, lower the watermark "
+            "or drop the request"
+        )
+    return status == "ok"
 
 
 def decode_one(
@@ -116,8 +149,8 @@ class VllmV0Policy(SchedulingPolicy):
             self.fast_forward_safe = False
 
     def can_allocate_v06(self, ctx: StepContext, req: Request) -> bool:
-        """vLLM 0.6.6 ``can_allocate`` (see :func:`can_allocate_v06`)."""
-        return can_allocate_v06(ctx, req, self.watermark)
+        """vLLM 0.6.6 ``can_allocate`` (see :func:`can_allocate_v06`; raises on ``NEVER``)."""
+        return can_allocate_v06(ctx, req, self.watermark, self.name)
 
     def decode_or_preempt(self, ctx: StepContext, req: Request, victim=None) -> bool:
         """Decode ``req`` one token under the configured block manager (:func:`decode_one`)."""

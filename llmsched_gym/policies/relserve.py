@@ -425,20 +425,73 @@ class Sarathi06Policy(SchedulingPolicy):
       only after the prefill phase), gated by ``can_allocate`` (whole sequence, no hit
       credit, watermark 0.01), and get **all their prompt blocks at admission**, as vLLM 0.6's
       block manager allocates the whole prompt (here: the first chunk plus lookahead slots).
+
+    Outcomes vLLM 0.6.6 would not survive, made explicit (:class:`PolicyError` naming the
+    request, never a hang):
+
+    * ``can_allocate`` says ``NEVER`` (the watermark, or a recompute-preempted sequence that
+      grew past the cache): vLLM ignores the request (``FINISHED_IGNORED``); see
+      :func:`~llmsched_gym.policies.baselines.can_allocate_v06`.
+    * **Livelock**: a request whose whole sequence fills every block cannot run its next
+      chunk or decode (no free block for the worst-case append), so it preempts itself; when
+      re-admitted it again gets one chunk and preempts itself, and no token is ever sampled if
+      its sequence needs more than one chunk and no prefix-cache hit shortens it (two such
+      requests evict each other's cached blocks). vLLM 0.6.6's scheduler spins forever there.
+      The policy raises once the same request has preempted itself ``livelock_repeats`` times
+      at the same length, alone in the running queue, with no token sampled by any request
+      in between.
+    * ``max_num_batched_tokens`` not a multiple of ``block_size`` with prefix caching:
+      vLLM 0.6.6 raises ``ValueError`` (chunks are whole blocks); here :class:`ConfigError`.
     """
 
     name = "sarathi-0.6"
     fast_forward_safe = False
     head_of_line = True
 
-    def __init__(self, watermark: float = 0.01) -> None:
+    def __init__(self, watermark: float = 0.01, livelock_repeats: int = 3) -> None:
+        if livelock_repeats < 2:
+            raise ConfigError(f"livelock_repeats must be >= 2, got {livelock_repeats!r}")
         self.watermark = watermark
+        self.livelock_repeats = livelock_repeats
+        self._samples = 0
+        self._lone: dict[str, tuple[int, int, int]] = {}
+
+    def reset(self, engine: Engine) -> None:
+        """Check vLLM 0.6.6's chunk-size rule; clear the livelock guard."""
+        cfg = engine.config
+        if cfg.enable_prefix_caching and cfg.max_num_batched_tokens % cfg.block_size:
+            raise ConfigError(
+                f"{self.name}: with prefix caching vLLM 0.6.6's chunked prefill needs "
+                f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) to be a multiple of "
+                f"block_size ({cfg.block_size}); change either or disable prefix caching"
+            )
+        self._samples = 0
+        self._lone = {}
 
     def _chunk(self, ctx: StepContext, left: int) -> int:
         budget = ctx.token_budget
         if ctx.config.enable_prefix_caching:
             budget = budget // ctx.block_size * ctx.block_size
         return min(left, budget)
+
+    def _self_preempted_alone(self, ctx: StepContext, req: Request) -> None:
+        """Livelock guard: ``req`` preempted itself with nothing else running."""
+        key = req.request_id
+        prev = self._lone.get(key)
+        count = 1
+        if prev is not None and prev[0] == req.num_tokens and prev[1] == self._samples:
+            count = prev[2] + 1
+        self._lone[key] = (req.num_tokens, self._samples, count)
+        if count >= self.livelock_repeats:
+            raise PolicyError(
+                f"{self.name}: livelock at t={ctx.now:.3f} s: request {key!r} ({req.num_tokens} "
+                f"tokens, {-(-req.num_tokens // ctx.block_size)} of the cache's "
+                f"{ctx.num_gpu_blocks - 1} blocks) preempted itself {count} times, alone in the "
+                "running queue, with no token sampled by any request in between: its sequence "
+                "fills the cache, so the worst-case append (one free block) of its next chunk "
+                "never fits and each re-admission recomputes one chunk only; vLLM 0.6.6 spins "
+                "here forever; raise num_gpu_blocks or max_num_batched_tokens"
+            )
 
     def schedule(self, ctx: StepContext) -> None:
         """Running phase in running order, then chunked admissions."""
@@ -454,13 +507,15 @@ class Sarathi06Policy(SchedulingPolicy):
                 victim = running[-1]
                 ctx.preempt(victim)
                 if victim is req:
+                    if not running:
+                        self._self_preempted_alone(ctx, req)
                     break
         # vLLM re-queues this step's victims at the waiting head only after the prefill phase.
         skip = set(ctx.preempted)  # prepended by ctx.preempt: they sit at the waiting head
         waiting = ctx.waiting
         while len(running) < ctx.max_num_seqs:
             req = next((r for r in waiting if r not in skip), None)
-            if req is None or not can_allocate_v06(ctx, req, self.watermark):
+            if req is None or not can_allocate_v06(ctx, req, self.watermark, self.name):
                 break
             hit = ctx.lookup(req)
             left = req.num_tokens - hit[1]
@@ -468,6 +523,11 @@ class Sarathi06Policy(SchedulingPolicy):
             if n <= 0:
                 break
             if ctx.admit(req, n, num_lookahead_tokens=left - n, hit=hit) is None:
+                break
+        # Requests whose scheduled tokens reach their sequence end sample a token this step.
+        for req, n in ctx.scheduled.items():
+            if req.num_computed_tokens + n >= req.num_tokens:
+                self._samples += 1
                 break
 
 
@@ -739,7 +799,7 @@ class RelServePolicy(SchedulingPolicy):
                         break
                 elif ctx.num_free_blocks - ctx.blocks_needed_to_admit(r) < self._nft_blocks(ctx):
                     break
-            if self.v06 and not can_allocate_v06(ctx, r):
+            if self.v06 and not can_allocate_v06(ctx, r, policy=self.name):
                 break
             if ctx.admit(r, n, hit=hit) is None:
                 break

@@ -90,3 +90,83 @@ def test_cost_models_expose_their_capacity():
     assert roof.num_gpu_blocks(16, 0.9) == num_gpu_blocks("llama-2-7b", "a100-80gb", 1)
     fitted = load_cost_model("vidur:llama-2-70b@a100-80gb/tp2")
     assert fitted.num_gpu_blocks(16, 0.9) == num_gpu_blocks("llama-2-70b", "a100-80gb", 2)
+
+
+# vLLM 0.6.6 (V0) capacity mode -------------------------------------------------------------------
+RELSERVE_CAPACITY = [
+    # (scenarios, model, gpu, tp, max_num_batched_tokens, vLLM 0.6.6 count + null block)
+    (["relquery-amazon-v0", "relquery-beer-v0", "relquery-pdmx-v0", "relquery-rotten-v0"],
+     "opt-13b", "a100-40gb", 1, 2048, 832),
+    (["relserve-qwen-amazon-v0"], "qwen2.5-32b", "a100-40gb", 2, 8192, 455),
+    (["relserve-llama-amazon-v0", "relserve-llama-pdmx-v0"], "llama-2-70b", "a100-40gb", 4, 4096,
+     344),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("scenarios,model,gpu,tp,mnbt,want", RELSERVE_CAPACITY)
+def test_vllm06_mode_reproduces_the_relserve_block_counts(scenarios, model, gpu, tp, mnbt, want):
+    from llmsched_gym.scenarios.spec import load_scenario
+
+    got = num_gpu_blocks(model, gpu, tp, max_num_batched_tokens=mnbt, mode="vllm-0.6")
+    assert got == want
+    for name in scenarios:  # the shipped specs hold exactly the derived count
+        sc = load_scenario(name)
+        assert sc.engine["num_gpu_blocks"] == got
+        assert sc.engine["max_num_batched_tokens"] == mnbt
+        assert sc.engine.get("block_size", 16) == 16 and sc.engine.get("max_num_seqs", 256) == 256
+
+
+def test_vllm06_mode_drops_the_cuda_graph_term_and_adds_the_null_block():
+    v1 = kv_capacity("opt-13b", "a100-40gb", 1, max_num_batched_tokens=2048)
+    no_graphs = kv_capacity(
+        "opt-13b", "a100-40gb", 1, max_num_batched_tokens=2048,
+        overheads=MemoryOverheads(cudagraph_bytes=0),
+    )  # fmt: skip
+    v06 = kv_capacity("opt-13b", "a100-40gb", 1, max_num_batched_tokens=2048, mode="vllm-0.6")
+    assert v06.cudagraph_bytes == 0 and v1.cudagraph_bytes > 0
+    assert v06.available_kv_cache_bytes == no_graphs.available_kv_cache_bytes
+    assert v06.num_gpu_blocks == no_graphs.num_gpu_blocks + 1
+    assert v06.num_gpu_blocks > v1.num_gpu_blocks
+    # a measured budget is divided the same way, plus V0's missing null block
+    measured = kv_capacity(
+        "opt-13b", "a100-40gb", available_kv_cache_bytes=100 * v1.bytes_per_block
+    )
+    measured06 = kv_capacity(
+        "opt-13b", "a100-40gb", available_kv_cache_bytes=100 * v1.bytes_per_block, mode="vllm-0.6"
+    )
+    assert (measured.num_gpu_blocks, measured06.num_gpu_blocks) == (100, 101)
+
+
+def test_unknown_capacity_mode_is_named():
+    with pytest.raises(CostModelError, match="capacity mode.*'vllm-0.5'"):
+        num_gpu_blocks("opt-13b", "a100-40gb", mode="vllm-0.5")
+
+
+# resolve_config passes vLLM's profiling batch to the capacity derivation ---------------------------
+def test_resolve_config_passes_the_profiling_batch_to_the_profile():
+    from llmsched_gym.simulation import resolve_config
+
+    model = load_cost_model("roofline:llama-3.1-70b@a100-80gb/tp8")
+    default = resolve_config({}, model).num_gpu_blocks
+    assert default == model.num_gpu_blocks(block_size=16)
+    big = resolve_config({"max_num_batched_tokens": 16384}, model).num_gpu_blocks
+    assert big == model.num_gpu_blocks(block_size=16, max_num_batched_tokens=16384) < default
+    seqs = resolve_config({"max_num_seqs": 1024}, model).num_gpu_blocks
+    assert seqs == model.num_gpu_blocks(block_size=16, max_num_seqs=1024) < default
+    assert resolve_config({"num_gpu_blocks": 77}, model).num_gpu_blocks == 77
+
+
+def test_resolve_config_hands_the_capacity_method_vllm_s_profiling_settings():
+    from llmsched_gym.simulation import resolve_config
+
+    calls = []
+
+    class Model:
+        def num_gpu_blocks(self, **kw):
+            calls.append(kw)
+            return 70
+
+    cfg = {"block_size": 8, "max_num_batched_tokens": 512, "max_num_seqs": 4}
+    assert resolve_config(dict(cfg), Model()).num_gpu_blocks == 70
+    assert resolve_config({}, Model()).num_gpu_blocks == 70
+    assert calls == [cfg, {"block_size": 16, "max_num_batched_tokens": 8192, "max_num_seqs": 256}]
