@@ -32,3 +32,13 @@ def test_fallbacks():
     rr = GoRouter(fallback="random", seed=0)
     assert rr.select({0: 0.0, 1: 0.0}, {0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0}, 1.0) in (0, 1)
     assert rr.last["branch"] == "fallback-random"
+
+
+def test_random_fallback_spreads_over_all_prefill_instances():
+    # Alg. 2 line 19: RANDOMSELECT(P) over every instance, not the least-exec one (the code's).
+    rr = GoRouter(fallback="random", seed=0)
+    delta, pre, post = {0: -1.0, 1: 0.0, 2: -2.0}, {0: 0.5, 1: 0.1, 2: 0.9}, {0: 1, 1: 1, 2: 1}
+    picks = [rr.select(delta, pre, post, 0.2) for _ in range(600)]
+    shares = [picks.count(i) / len(picks) for i in range(3)]
+    assert all(0.25 < s < 0.42 for s in shares), shares
+    assert GoRouter().select(delta, pre, post, 0.2) == 1  # code: least pre-insertion exec

@@ -221,3 +221,58 @@ def test_fairbatching_blocked_prefill_does_not_stall_running_decodes():
     tab = simulate(specs, cfg, FairBatchingPolicy(), model).request_table
     assert list(tab["num_output_tokens"]) == [150, 100]
     assert float(np.max(tab["tpot_s"])) < 0.05
+
+
+def _reproduce_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "leaderboards" / "proserve" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("proserve_reproduce", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_paper_window_uses_the_worst_method_and_the_axis_floors():
+    R = _reproduce_module()
+    cname = "ShareGPT/Qwen2-7B"  # floors: TDG 0.7, SLO attainment 0.6
+    assert R.PAPER_AXIS_FLOOR[cname] == (0.7, 0.6)
+
+    def rows(rate, base_tdg, base_slo, ps_tdg, ps_slo):
+        out = [
+            {"config": cname, "rate": rate, "method": b, "tdg_ratio": t, "slo_attainment": s}
+            for b, t, s in zip(R.BASELINES, base_tdg, base_slo, strict=True)
+        ]
+        return out + [
+            {
+                "config": cname,
+                "rate": rate,
+                "method": "ProServe",
+                "tdg_ratio": ps_tdg,
+                "slo_attainment": ps_slo,
+            }
+        ]
+
+    data = (
+        rows(8.0, [0.8, 0.9, 0.75, 0.7, 0.8], [0.7, 0.8, 0.6, 0.65, 0.7], 0.95, 0.9)
+        # rate 9: one baseline's TDG (0.65) is under the 0.7 floor -> outside the window
+        + rows(9.0, [0.65, 0.9, 0.8, 0.8, 0.8], [0.7, 0.8, 0.7, 0.7, 0.7], 0.99, 0.99)
+        # rate 7: TDG all fine but one SLO attainment (0.55) is under the 0.6 floor
+        + rows(7.0, [0.8, 0.8, 0.8, 0.8, 0.8], [0.55, 0.8, 0.8, 0.8, 0.8], 0.99, 0.99)
+    )
+    r = R.paper_window(data)[cname]
+    assert r["window"] == [8.0]
+    g, pts, at = r["tdg_best"]
+    assert at == 8.0 and abs(g - (0.95 / 0.9 - 1)) < 1e-12 and abs(pts - 0.05) < 1e-12
+    g, pts, at = r["tdg_worst"]
+    assert abs(g - (0.95 / 0.7 - 1)) < 1e-12 and abs(pts - 0.25) < 1e-12
+    g, _, _ = r["slo_best"]
+    assert abs(g - (0.9 / 0.8 - 1)) < 1e-12
+    g, _, _ = r["slo_worst"]
+    assert abs(g - 0.5) < 1e-12  # 0.9 / 0.6 - 1
+    # Lowering both floors by 0.1 admits rates 7 and 9; the best TDG gain is then at 7
+    # (0.99 / 0.8 - 1 = 23.75%, above rate 9's 0.99 / 0.9 - 1 = 10%).
+    loose = R.paper_window(data, slack=0.1)[cname]
+    assert loose["window"] == [7.0, 8.0, 9.0]
+    assert loose["tdg_best"][2] == 7.0 and abs(loose["tdg_best"][0] - (0.99 / 0.8 - 1)) < 1e-12
