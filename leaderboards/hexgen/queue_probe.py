@@ -1,0 +1,163 @@
+"""Why the queue ablation (WB+FCFS vs WB+PQ, paper Fig. 4) shows no gain here (issue 10).
+
+Usage::
+
+    .venv/bin/python leaderboards/hexgen/queue_probe.py  # ~3 min -> results/full/queue_probe.md
+
+1. Do local queues form? WB+PQ on Trace 3, Hetero-1, 0.5 q/s under ``code-table`` (vLLM V1
+   batching) and ``code-engine`` (Hexgen-Flow's serial engine, its small KV): per instance the
+   waiting-queue length seen at each scheduling step, the share of request latency spent
+   waiting, and how often an admission with other requests waiting picks a request other than
+   the FCFS choice.
+2. What could any local order gain? WB+FCFS, WB+PQ and a diagnostic oldest-query-first order
+   (urgency = query age, EDF with equal SLOs; not a paper system) over the 12 ``code-engine``
+   configurations: 95% deadline and mean latency ratios, and each run's throughput against the
+   arrival rate.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reproduce as R  # noqa: E402
+
+from llmsched_gym.policies.hexgen import HexGenPQPolicy  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+class ProbePQ(HexGenPQPolicy):
+    """HexGenPQPolicy recording, per scheduling step, the queue and the admission made."""
+
+    log: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)
+
+    def schedule(self, ctx: Any) -> None:
+        """Record (waiting, admitted, admitted one is not the FCFS choice), then schedule."""
+        waiting = list(ctx.waiting)
+        super().schedule(ctx)
+        new = [r for r, _ in ctx.new]
+        fcfs_pick = set(waiting[: len(new)])
+        ProbePQ.log[id(self)].append((len(waiting), len(new), bool(new) and set(new) != fcfs_pick))
+
+
+class OldestQueryFirst(HexGenPQPolicy):
+    """Diagnostic order: the oldest query's request first (urgency = query age)."""
+
+    def urgency(self, req: Any, ctx: Any) -> float:
+        """Query age instead of Eq. 6."""
+        job = ctx.job(req)
+        return ctx.now - (req.arrival_time if job is None else job.arrival_time)
+
+
+def serial_kw(mode: str) -> dict[str, bool]:
+    """The PQ's engine options under ``mode`` (as ``reproduce.pq_policy``)."""
+    s = mode == "code-engine"
+    return {"serial_prefill": s, "head_of_line": s}
+
+
+def queue_stats(mode: str) -> pd.DataFrame:
+    """Per-instance queue statistics of WB+PQ, Trace 3, Hetero-1, 0.5 q/s."""
+    ProbePQ.log.clear()
+    sc = R.scenario(1, 3, 0.5, 0)
+    score = "code" if mode == "code-engine" else "paper"
+    res = R.run(sc, R.wb_router(score, 0.2), ProbePQ(**serial_kw(mode)), mode)
+    req = res.requests
+    wait = req["first_scheduled_time_s"] - req["arrival_time_s"]
+    rows = []
+    for i, (name, log) in enumerate(zip(res.instances["name"], ProbePQ.log.values(), strict=True)):
+        a = np.array(log, dtype=float)
+        sel = req["instance_id"] == i
+        contested = (a[:, 0] > a[:, 1]) & (a[:, 1] > 0)  # admitted while others kept waiting
+        rows.append(
+            {
+                "mode": mode,
+                "instance": str(name),
+                "requests": int(sel.sum()),
+                "steps_with_waiting_%": round(100 * float((a[:, 0] > 0).mean()), 1),
+                "mean_waiting": round(float(a[:, 0].mean()), 2),
+                "max_waiting": int(a[:, 0].max()),
+                "mean_wait_s": round(float(wait[sel].mean()), 2),
+                "wait_share_of_latency_%": round(
+                    100 * float(wait[sel].sum() / req.loc[sel, "e2e_s"].sum()), 1
+                ),
+                "contested_admissions": int(contested.sum()),
+                "pq_pick_not_fcfs": int((contested & (a[:, 2] > 0)).sum()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def ablation() -> pd.DataFrame:
+    """WB+FCFS, WB+PQ and oldest-query-first over the 12 ``code-engine`` configurations."""
+    mode = "code-engine"
+    rows = []
+    for h in (1, 2):
+        for tr in (1, 2, 3):
+            for rate in (0.5, 1.0):
+                sc = R.scenario(h, tr, rate, 0)
+                base = R.base_of(sc, mode)
+                row: dict[str, Any] = {"hetero": h, "trace": tr, "rate_qps": rate}
+                for name, pol in (
+                    ("FCFS", R.fcfs_policy(mode)),
+                    ("PQ", R.pq_policy(mode)),
+                    ("oldest", OldestQueryFirst(**serial_kw(mode))),
+                ):
+                    m = R.hexgen_metrics(R.run(sc, R.wb_router("code", 0.2), pol, mode), base)
+                    row[f"d95_{name}"] = round(m["deadline_95_s"], 1)
+                    row[f"mean_{name}"] = round(m["mean_latency_s"], 1)
+                    row[f"tput_{name}"] = round(m["throughput_qps"], 3)
+                rows.append(row)
+    df = pd.DataFrame(rows)
+    for name in ("PQ", "oldest"):
+        df[f"d95_FCFS/{name}"] = (df["d95_FCFS"] / df[f"d95_{name}"]).round(3)
+        df[f"mean_FCFS/{name}"] = (df["mean_FCFS"] / df[f"mean_{name}"]).round(3)
+    return df
+
+
+def main() -> int:
+    """Run both probes and write ``results/full/queue_probe.md``."""
+    t0 = time.perf_counter()
+    R.ensure_registered()
+    stats = pd.concat([queue_stats(m) for m in ("code-table", "code-engine")], ignore_index=True)
+    abl = ablation()
+    summ = [
+        f"{c}: avg {abl[c].mean():.3f}, max {abl[c].max():.3f}"
+        for c in ("d95_FCFS/PQ", "mean_FCFS/PQ", "d95_FCFS/oldest", "mean_FCFS/oldest")
+    ]
+    out = HERE / "results" / "full"
+    out.mkdir(parents=True, exist_ok=True)
+    text = [
+        "# Queue probe (issue 10): do local queues form, and what can ordering gain?",
+        "",
+        f"Command: `.venv/bin/python leaderboards/hexgen/queue_probe.py` "
+        f"({time.perf_counter() - t0:.0f} s).",
+        "",
+        "## WB+PQ queues, Trace 3, Hetero-1, 0.5 q/s",
+        "",
+        "`contested_admissions`: steps that admitted while other requests kept waiting; "
+        "`pq_pick_not_fcfs`: of those, the ones where PQ admitted other than the FCFS choice.",
+        "",
+        R.markdown(stats),
+        "",
+        "## code-engine: WB+FCFS vs WB+PQ vs oldest-query-first (diagnostic), 12 configs",
+        "",
+        *[f"* {s}" for s in summ],
+        "",
+        R.markdown(abl),
+        "",
+    ]
+    (out / "queue_probe.md").write_text("\n".join(text), encoding="utf-8")
+    print("\n".join(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
