@@ -16,7 +16,8 @@ Methods (paper §5.1) and how they map onto the simulator:
 * vLLM-FCFS: ``vllm-v0`` (prefill-first, no chunking) on the FCFS queue.
 * Sarathi-FCFS: ``sarathi`` (decode-first, chunked) on the FCFS queue, token budget "profiled
   from TBT": the largest chunk whose estimated step time (Eq. 4-7) is within the median TPOT SLO.
-* Sarathi-Priority: ``sarathi-priority`` with the same token budget.
+* Sarathi-Priority: ``sarathi-priority`` with the same token budget. Both keep the scenario's
+  KV size (``tbt_overrides``): the budget does not buy them extra KV blocks.
 * FairBatching: ``fairbatching``; Weighted VTC: ``wvtc`` (VTC's counter lift, weights 2:1).
 * ProServe: ``proserve`` = SlideBatching as in Alg. 1 (no anti-starvation reordering), estimator
   factor fixed at 1.0 as in the authors' code. ``ProServe+starve`` adds xLLM @87e8d6e's
@@ -206,6 +207,23 @@ def tbt_token_budget(model, specs, cap: int) -> int:
     return int(max(64, min(cap, c // 64 * 64)))
 
 
+def tbt_overrides(sc, model, specs, ov: dict) -> dict:
+    """Overrides for a method with the TBT-profiled token budget, at the scenario's KV size.
+
+    The token budget is a scheduling knob only: ``num_gpu_blocks`` stays what the scenario's own
+    ``max_num_batched_tokens`` gives. Without the pin, the smaller budget shrinks the simulated
+    vLLM activation reservation and hands the Sarathi baselines 22% more KV on Qwen3-32B (1,994 or
+    1,998 blocks instead of 1,640; +1.7% on Qwen2-7B). The paper runs every method in one xLLM
+    deployment (§5.1, "uniformly implemented within the xLLM framework"), so KV is the same for all.
+    """
+    cfg = sc.engine_config(model)
+    return {
+        **ov,
+        "engine.max_num_batched_tokens": tbt_token_budget(model, specs, cfg.max_num_batched_tokens),
+        "engine.num_gpu_blocks": cfg.num_gpu_blocks,
+    }
+
+
 def run_single(env: str, over: dict, label: str, spec: tuple, rate: float, n: int) -> dict:
     """One single-node run: exact TDG ratio and SLO attainment, overall and per priority."""
     policy, kw, eng_over, tbt = spec
@@ -215,11 +233,7 @@ def run_single(env: str, over: dict, label: str, spec: tuple, rate: float, n: in
     specs = sc.build_workload(sc.seed, cost_model=model)
     wp, wd = _weights(specs)
     if tbt:
-        cap = sc.engine_config(model).max_num_batched_tokens
-        sc = load_scenario(
-            ENVS / f"{env}.yaml",
-            {**ov, "engine.max_num_batched_tokens": tbt_token_budget(model, specs, cap)},
-        )
+        sc = load_scenario(ENVS / f"{env}.yaml", tbt_overrides(sc, model, specs, ov))
     col = TDGCollector()
     kw = {**kw, "wp": wp, "wd": wd} if policy.startswith("proserve") else dict(kw)
     pol = TokenTimelineRecorder(make_policy(policy, **kw), col)
@@ -309,6 +323,13 @@ def main(argv=None) -> None:
     )
     ap.add_argument("--configs", nargs="*", help="subset of config names")
     ap.add_argument(
+        "--methods",
+        nargs="*",
+        help="only these single-node methods (full-sweep sizes, no clusters): their rows replace "
+        "the same (config, method) rows in --out's fig10_single_node.csv (with --fine: "
+        "fig10_fine.csv), then --replot",
+    )
+    ap.add_argument(
         "--clusters",
         nargs="*",
         help="only these cluster configs (no single-node runs); their rows replace the same "
@@ -327,7 +348,11 @@ def main(argv=None) -> None:
         return
     level = 0 if a.quick else (1 if a.medium else 2)
     if a.fine:
-        run_fine(out, a.configs)
+        run_fine(out, a.configs, a.methods)
+        replot(out)
+        return
+    if a.methods:
+        run_methods(out, a.methods, a.configs)
         replot(out)
         return
     n_single = {0: 500, 1: 600, 2: 1000}[level]
@@ -389,8 +414,41 @@ def main(argv=None) -> None:
     plots(single, clus, out)
 
 
-def run_fine(out: Path, configs: list[str] | None = None) -> None:
-    """Fig. 10 methods at ``FINE_RATES`` with the full sweep's request counts -> fig10_fine.csv."""
+def _merge(rows: list[dict], path: Path) -> None:
+    """Write ``rows`` over ``path``: same (config, method, rate) rows replaced in place."""
+    new = {(r["config"], r["method"], float(r["rate"])): r for r in rows}
+    old = _read(path) if path.exists() else []
+    merged = [new.pop((r["config"], r["method"], float(r["rate"])), r) for r in old]
+    _write(merged + list(new.values()), path)
+
+
+def run_methods(out: Path, methods: list[str], configs: list[str] | None = None) -> None:
+    """Main-grid rows of ``methods`` (full-sweep sizes) -> merged into fig10_single_node.csv."""
+    from tqdm import tqdm
+
+    specs = {**METHODS, **MOMENTUM}
+    jobs = [
+        (cname, rate, label)
+        for cname, (_, _, full, *_rest) in CONFIGS.items()
+        if not configs or cname in configs
+        for rate in full
+        for label in methods
+    ]
+    rows = []
+    for cname, rate, label in tqdm(jobs, desc="proserve methods", file=sys.stderr):
+        env, over = CONFIGS[cname][:2]
+        n = 500 if "32B" in cname else 1000
+        row = run_single(env, over, label, specs[label], rate, n)
+        row["config"] = cname
+        rows.append(row)
+    _merge(rows, out / "fig10_single_node.csv")
+
+
+def run_fine(out: Path, configs: list[str] | None = None, methods: list[str] | None = None) -> None:
+    """Fig. 10 methods at ``FINE_RATES`` with the full sweep's request counts -> fig10_fine.csv.
+
+    With ``configs`` or ``methods`` only those rows are rerun and merged into the file.
+    """
     from tqdm import tqdm
 
     jobs = [
@@ -398,7 +456,7 @@ def run_fine(out: Path, configs: list[str] | None = None) -> None:
         for cname, rates in FINE_RATES.items()
         if not configs or cname in configs
         for rate in rates
-        for label in [*BASELINES, "ProServe"]
+        for label in methods or [*BASELINES, "ProServe"]
     ]
     rows = []
     for cname, rate, label in tqdm(jobs, desc="proserve fine grid", file=sys.stderr):
@@ -407,7 +465,10 @@ def run_fine(out: Path, configs: list[str] | None = None) -> None:
         row = run_single(env, over, label, METHODS[label], rate, n)
         row["config"] = cname
         rows.append(row)
-    _write(rows, out / "fig10_fine.csv")
+    if configs or methods:
+        _merge(rows, out / "fig10_fine.csv")
+    else:
+        _write(rows, out / "fig10_fine.csv")
 
 
 # -- analysis -------------------------------------------------------------------------------

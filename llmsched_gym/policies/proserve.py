@@ -21,6 +21,11 @@
   (ShareGPT/Qwen2-7B, 1,000 requests, 11 req/s: 0.453 with the rule vs 0.830 without; high/low
   0.438/0.478 vs 0.857/0.784). The default follows Alg. 1 (``starve_prevent=False``), which is
   also what reproduces Fig. 13; ``starve_prevent=True`` (``proserve-starve``) is the code's rule.
+  Memory handling is vLLM-style: a waiting request is admitted only if its whole prompt fits,
+  none at KV usage >= ``kv_threshold`` (xLLM's waiting-queue paths), and only running requests
+  preempt. xLLM @87e8d6e's co-located ``MixScheduler`` has none of the three: it allocates per
+  chunk and lets any item preempt from the tail. That literal form thrashes on Qwen3-32B's 1,640
+  blocks (leaderboards/proserve/README.md, misses).
   Ablations: ``mode="only-deadline"`` (all NORMAL),
   ``"only-density"`` (all URGENT), ``latency_aware=False`` (no latency budget; token budget only).
 * Baselines: :class:`SarathiPriorityPolicy`, :class:`FairBatchingPolicy`,

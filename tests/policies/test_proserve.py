@@ -276,3 +276,33 @@ def test_paper_window_uses_the_worst_method_and_the_axis_floors():
     loose = R.paper_window(data, slack=0.1)[cname]
     assert loose["window"] == [7.0, 8.0, 9.0]
     assert loose["tdg_best"][2] == 7.0 and abs(loose["tdg_best"][0] - (0.99 / 0.8 - 1)) < 1e-12
+
+
+def test_tbt_token_budget_does_not_buy_the_sarathi_baselines_more_kv():
+    # Azure/Qwen3-32B at 2.5 req/s, 500 requests (the fine-grid point where Sarathi "won").
+    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.scenarios.spec import load_scenario
+
+    R = _reproduce_module()
+    env, over = R.CONFIGS["Azure/Qwen3-32B"][:2]
+    ov = {**over, "workload.num_requests": 500, "workload.rate_per_s": 2.5}
+    sc = load_scenario(R.ENVS / f"{env}.yaml", ov)
+    model = load_cost_model(sc.cost_model)
+    specs = sc.build_workload(sc.seed, cost_model=model)
+    assert sc.engine_config(model).max_num_batched_tokens == 8192
+    assert sc.engine_config(model).num_gpu_blocks == 1640  # the README's 1,640 blocks
+    # TBT budget by hand: the estimator's t_c + a c^2 + b c <= median TPOT SLO.
+    est = LatencyEstimator.fit(model, 8192)
+    slo = float(np.median([s.slo_tpot_s for s in specs]))
+    a, b, budget = est.ap, est.cp, slo - est.t_c
+    c = (-b + (b * b + 4 * a * budget) ** 0.5) / (2 * a)
+    assert 1280 <= c < 1344  # -> 1280, a multiple of 64
+    got = R.tbt_overrides(sc, model, specs, ov)
+    assert got["engine.max_num_batched_tokens"] == 1280
+    assert got["engine.num_gpu_blocks"] == 1640
+    cfg = load_scenario(R.ENVS / f"{env}.yaml", got).engine_config(model)
+    assert (cfg.max_num_batched_tokens, cfg.num_gpu_blocks) == (1280, 1640)
+    # Without the pin the smaller activation reservation gives 22% more KV blocks: the artefact
+    # that made Sarathi-Priority beat ProServe near the Qwen3-32B knee on the fine grid.
+    loose = {**ov, "engine.max_num_batched_tokens": 1280}
+    assert load_scenario(R.ENVS / f"{env}.yaml", loose).engine_config(model).num_gpu_blocks == 1994

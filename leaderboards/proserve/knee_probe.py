@@ -1,0 +1,283 @@
+"""Per-step probe of one single-node point: ProServe vs Sarathi-Priority (same seed).
+
+Records, per engine step: real step time (the engine's cost model on the step's features), the
+estimator's prediction (ProServe), t_budget, decodes / prefills / tokens, preemptions, KV usage,
+queue lengths and why ProServe's fill loop stopped. Prints a summary per method and TTFT / TPOT
+misses by priority.
+
+    nice -n 19 .venv/bin/python leaderboards/proserve/knee_probe.py --rate 2.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reproduce as R  # noqa: E402
+
+from llmsched_gym.core.engine import SchedulingPolicy, StepContext  # noqa: E402
+from llmsched_gym.core.request import RequestStatus  # noqa: E402
+from llmsched_gym.cost.registry import load_cost_model  # noqa: E402
+from llmsched_gym.metrics.tdg import TDGCollector, TokenTimelineRecorder, tdg_summary  # noqa: E402
+from llmsched_gym.policies.proserve import SlideBatchingPolicy  # noqa: E402
+from llmsched_gym.policies.registry import make_policy  # noqa: E402
+from llmsched_gym.scenarios.spec import load_scenario  # noqa: E402
+from llmsched_gym.simulation import simulate  # noqa: E402
+
+
+class Probe(SchedulingPolicy):
+    """Wraps a policy; logs each step's features after the wrapped policy scheduled it."""
+
+    fast_forward_safe = False
+
+    def __init__(self, inner, model) -> None:
+        self.inner, self.model, self.name = inner, model, inner.name
+        self.rows: list[dict] = []
+        self.acc: dict = {}  # request -> block-seconds held since its last (re)admission
+        self.wasted = 0.0  # block-seconds of KV freed by preemption (recomputed later)
+        self.victims: list[tuple] = []  # (now, output tokens, computed tokens, slack s, times)
+        self.times_preempted: Counter = Counter()
+
+    def queue_policy(self, config):
+        """The wrapped policy's queue."""
+        return self.inner.queue_policy(config)
+
+    def reset(self, engine):
+        """Reset the wrapped policy."""
+        self.inner.reset(engine)
+
+    def on_finish(self, req, now):
+        """Forward to the wrapped policy."""
+        self.inner.on_finish(req, now)
+
+    def schedule(self, ctx: StepContext) -> None:
+        """Schedule with the wrapped policy, then log the step."""
+        nw, nr = len(ctx.waiting), len(ctx.running)
+        before = {r: r.num_computed_tokens for r in ctx.running}
+        mid = [r for r in ctx.running if r.num_tokens - r.num_computed_tokens > 1]
+        pre_blocks, n_pre_run = sum(len(r.blocks) for r in mid), len(mid)
+        self.inner.schedule(ctx)
+        lost = sum(before.get(r, 0) for r in ctx.preempted)
+        pol0 = self.inner.inner if hasattr(self.inner, "inner") else self.inner
+        for r in ctx.preempted:
+            self.wasted += self.acc.pop(r, 0.0)
+            self.times_preempted[r.request_id] += 1
+            slack = pol0.remaining(r, ctx.now) if isinstance(pol0, SlideBatchingPolicy) else np.nan
+            self.victims.append(
+                (
+                    ctx.now,
+                    r.num_output_tokens,
+                    before.get(r, 0),
+                    slack,
+                    self.times_preempted[r.request_id],
+                    r.priority,
+                )
+            )
+        real = self.model.step_time(
+            ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill, ctx._num_decode
+        )
+        pol = pol0
+        for r in ctx.running:
+            self.acc[r] = self.acc.get(r, 0.0) + len(r.blocks) * real
+        self.rows.append(
+            {
+                "now": ctx.now,
+                "real": real,
+                "est": pol._last[1] if isinstance(pol, SlideBatchingPolicy) else np.nan,
+                "budget": getattr(pol, "_probe_budget", np.nan),
+                "stop": getattr(pol, "_probe_stop", ""),
+                "n_dec": ctx._num_decode,
+                "n_pre": ctx._num_prefill,
+                "tok": ctx._tokens,
+                "pre_tok": ctx._tokens - ctx._num_decode,
+                "preempt": len(ctx.preempted),
+                "lost": lost,
+                "pre_blocks": pre_blocks,
+                "n_pre_run": n_pre_run,
+                "kv": 1 - ctx.num_free_blocks / (ctx.num_gpu_blocks - 1),
+                "waiting": nw,
+                "running_before": nr,
+                "running_after": len(ctx.running),
+                "unsched_running": sum(1 for r in ctx.running if r not in ctx.scheduled),
+                "unsched_decodes": sum(
+                    1
+                    for r in ctx.running
+                    if r not in ctx.scheduled and r.num_tokens - r.num_computed_tokens == 1
+                ),
+            }
+        )
+
+
+class ProbedSlide(SlideBatchingPolicy):
+    """SlideBatching with the fill loop's stop reason recorded (same decisions)."""
+
+    def schedule(self, ctx):
+        """``SlideBatchingPolicy.schedule`` plus the stop-reason bookkeeping."""
+        from llmsched_gym.policies.proserve import _INF
+
+        est = self.est
+        now = ctx.now
+        queue = list(ctx.running) + list(ctx.waiting)
+        self._probe_stop, self._probe_budget = "empty", np.nan
+        if not queue:
+            return
+        order, t_budget, info = self.order(queue, now)
+        if not self.latency_aware:
+            t_budget = _INF
+        self._probe_budget = t_budget
+        t_batch = est.t_c
+        running = ctx.running
+        usable = ctx.num_gpu_blocks - 1
+        pos = {r: i for i, r in enumerate(order)}
+        admit_ok = True
+        stop = Counter()
+        end = "queue-exhausted"
+        for r in order:
+            if t_batch >= t_budget:
+                end = "t_budget"
+                break
+            if ctx.token_budget <= 0:
+                end = "token_budget"
+                break
+            if r.status is not RequestStatus.RUNNING and r not in ctx.waiting:
+                continue
+            if r.status is RequestStatus.RUNNING:
+                left = r.num_tokens - r.num_computed_tokens
+                m = r.num_computed_tokens
+            else:
+                if not admit_ok or len(running) >= ctx.max_num_seqs:
+                    stop["admit-closed"] += 1
+                    continue
+                if 1.0 - ctx.num_free_blocks / usable >= self.kv_threshold:
+                    admit_ok = False
+                    stop["kv_threshold"] += 1
+                    continue
+                hit = ctx.lookup(r)
+                m = hit[1]
+                left = r.num_tokens - m
+            if left == 1:
+                cost = est.decode(m)
+                if t_batch + cost > t_budget and t_batch > est.t_c:
+                    stop["decode-over-budget"] += 1
+                    continue
+                n = 1
+            else:
+                c = est.max_chunk(m, t_budget - t_batch, min(left, ctx.token_budget))
+                if c < left and c <= self.min_chunk:
+                    if t_batch > est.t_c:
+                        end = "min_chunk"
+                        break
+                    c = min(left, ctx.token_budget, max(c, self.min_chunk))
+                n = c
+                cost = est.prefill(n, m)
+            if r.status is RequestStatus.RUNNING:
+                if not self._run_or_preempt(ctx, r, n, order, pos):
+                    stop["run-blocked"] += 1
+                    continue
+            else:
+                if ctx.admit(r, n, hit=hit) is None:
+                    admit_ok = False
+                    stop["admit-refused"] += 1
+                    continue
+            t_batch += cost
+        self._last = (now, t_batch)
+        self._probe_stop = end + "".join(f"|{k}" for k in sorted(stop))
+
+
+def run(cname: str, label: str, rate: float, n: int):
+    """One point as ``reproduce.run_single`` runs it, probed: (rows, table, summary, config)."""
+    env, over = R.CONFIGS[cname][:2]
+    policy, kw, eng_over, tbt = R.METHODS[label]
+    ov = {**over, **eng_over, "workload.rate_per_s": rate, "workload.num_requests": n}
+    sc = load_scenario(R.ENVS / f"{env}.yaml", ov)
+    model = load_cost_model(sc.cost_model)
+    specs = sc.build_workload(sc.seed, cost_model=model)
+    wp, wd = R._weights(specs)
+    if tbt:
+        sc = load_scenario(R.ENVS / f"{env}.yaml", R.tbt_overrides(sc, model, specs, ov))
+    col = TDGCollector()
+    if policy == "proserve":
+        inner = ProbedSlide(**{**kw, "wp": wp, "wd": wd})
+    else:
+        inner = make_policy(policy, **kw)
+    probe = Probe(TokenTimelineRecorder(inner, col), model)
+    res = simulate(specs, sc.engine_config(model), probe, model)
+    tab = res.request_table
+    g = col.gains(list(tab["request_id"]), list(tab["weight"]), wp, wd)
+    s = tdg_summary(tab, g, wp, wd)
+    return probe.rows, tab, s, sc.engine_config(model)
+
+
+def report(label: str, rows: list[dict], tab, s: dict, cfg) -> None:
+    """Print one method's per-step summary and its TTFT / TPOT misses by priority."""
+    a = {k: np.array([r[k] for r in rows]) for k in rows[0] if k != "stop"}
+    busy = a["tok"] > 0
+    real = a["real"][busy]
+    usable = cfg.num_gpu_blocks - 1
+    pr = [
+        f"p{p} {b['tdg_ratio']:.3f}/{b['slo_attainment']:.3f}" for p, b in s["by_priority"].items()
+    ]
+    out = [
+        f"\n=== {label}: TDG {s['tdg_ratio']:.3f} SLO {s['slo_attainment']:.3f} ({', '.join(pr)}); "
+        f"max_num_batched_tokens {cfg.max_num_batched_tokens}, {cfg.num_gpu_blocks} KV blocks ===",
+        f"  steps {len(rows)} (busy {busy.sum()}), span {a['now'][-1] - a['now'][0]:.1f}s, "
+        f"busy {real.sum():.1f}s; step ms mean {real.mean() * 1e3:.1f} "
+        f"p50 {np.median(real) * 1e3:.1f} p90 {np.percentile(real, 90) * 1e3:.1f}",
+        f"  per step: tokens {a['tok'][busy].mean():.0f}, "
+        f"prefill tokens {a['pre_tok'][busy].mean():.0f}, "
+        f"decodes {a['n_dec'][busy].mean():.1f}, prefills {a['n_pre'][busy].mean():.2f}",
+        f"  prefill tokens {a['pre_tok'].sum()}, decode tokens {a['n_dec'].sum()}, "
+        f"{a['tok'].sum() / real.sum():.0f} tok/s busy",
+        f"  preemptions {a['preempt'].sum()}, computed tokens lost {a['lost'].sum()}; mid-prefill "
+        f"requests {a['n_pre_run'].mean():.2f} holding {a['pre_blocks'].mean() / usable:.3f} of KV",
+        f"  KV usage mean {a['kv'].mean():.3f}, steps >= 0.95 {np.mean(a['kv'] >= 0.95):.3f}, "
+        f">= 0.9 {np.mean(a['kv'] >= 0.9):.3f}",
+        f"  waiting {a['waiting'].mean():.1f}, running {a['running_after'].mean():.1f}, "
+        f"unscheduled decodes/step {a['unsched_decodes'].mean():.2f}",
+    ]
+    if not np.isnan(a["est"]).all():
+        q = real / a["est"][busy]
+        b = a["budget"] * 1e3
+        c = Counter(r["stop"] for r in rows if r["tok"] > 0)
+        out += [
+            f"  real/estimated step time mean {q.mean():.3f} (p10 {np.percentile(q, 10):.3f}, "
+            f"p90 {np.percentile(q, 90):.3f}), MAPE {np.mean(np.abs(1 - 1 / q)):.3f}",
+            f"  t_budget ms p10 {np.nanpercentile(b, 10):.0f} p50 {np.nanmedian(b):.0f} "
+            f"p90 {np.nanpercentile(b, 90):.0f}",
+            "  loop end | skips: " + ", ".join(f"{k} {v}" for k, v in c.most_common(12)),
+        ]
+    met1 = tab["ttft_s"] < tab["slo_ttft_s"]
+    met2 = (tab["num_output_tokens"] <= 1) | (tab["tpot_s"] < tab["slo_tpot_s"])
+    for p in sorted(set(tab["priority"].tolist())):
+        m = tab["priority"] == p
+        t1, t2 = tab["ttft_s"][m], tab["tpot_s"][m] * 1e3
+        out.append(
+            f"  prio {p}: n {m.sum()}, TTFT miss {1 - met1[m].mean():.3f}, TPOT miss "
+            f"{1 - met2[m].mean():.3f}, TTFT p50/p90 {np.median(t1):.3f}/"
+            f"{np.percentile(t1, 90):.3f} s, TPOT p50/p90 {np.nanmedian(t2):.0f}/"
+            f"{np.nanpercentile(t2, 90):.0f} ms"
+        )
+    print("\n".join(out))
+
+
+def main() -> None:
+    """Probe ``--methods`` at one point and print the summaries."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="Azure/Qwen3-32B")
+    ap.add_argument("--rate", type=float, default=2.5)
+    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--methods", nargs="*", default=["ProServe", "Sarathi-Priority"])
+    a = ap.parse_args()
+    R._setup()
+    for label in a.methods:
+        rows, tab, s, cfg = run(a.config, label, a.rate, a.n)
+        report(label, rows, tab, s, cfg)
+
+
+if __name__ == "__main__":
+    main()
