@@ -88,8 +88,19 @@ def estimate_backlog_s(
     Returns:
         Estimated seconds; 0.0 for an idle instance.
     """
-    p_tot = attn = n_p = d_tot = d_max = 0
-    kv = 0.0
+    return _price(cost_model, _backlog_sums(items), max_num_batched_tokens)
+
+
+_Sums = tuple[int, int, int, int, int, float]
+"""Backlog accumulators: (prefill tokens P, attention work A, prefill items, decode tokens D,
+longest decode D_max, decode KV reads K)."""
+
+
+def _backlog_sums(
+    items: Sequence[tuple[int, int, int, int]] | Any, sums: _Sums = (0, 0, 0, 0, 0, 0.0)
+) -> _Sums:
+    """Add ``items`` to the accumulators of :func:`estimate_backlog_s`, in order."""
+    p_tot, attn, n_p, d_tot, d_max, kv = sums
     for p, m, d, length in items:
         if p == 1:  # one token to compute is a decode step (e.g. a PD hand-off's first step)
             p, d, length = 0, d + 1, m
@@ -102,6 +113,41 @@ def estimate_backlog_s(
             if d > d_max:
                 d_max = d
             kv += d * length + d * (d - 1) / 2
+    return p_tot, attn, n_p, d_tot, d_max, kv
+
+
+def _running_sums(running: Sequence[Any]) -> _Sums:
+    """``_backlog_sums`` of running requests' items, built inline (no tuple per request).
+
+    Item of a running request: ``(left, computed, max_tokens - output - 1, num_tokens)`` while
+    more than one token is left to compute, else ``(0, 0, max_tokens - output, num_tokens - 1)``
+    (the same float operations in the same order as :func:`_backlog_sums` on those items).
+    """
+    p_tot = attn = n_p = d_tot = d_max = 0
+    kv = 0.0
+    for r in running:
+        t = r.num_tokens
+        c = r.num_computed_tokens
+        p = t - c
+        d = r.max_tokens - r.num_output_tokens
+        if p > 1:
+            p_tot += p
+            attn += p * p + 2 * c * p
+            n_p += 1
+            d -= 1
+        else:
+            t -= 1
+        if d > 0:
+            d_tot += d
+            if d > d_max:
+                d_max = d
+            kv += d * t + d * (d - 1) / 2
+    return p_tot, attn, n_p, d_tot, d_max, kv
+
+
+def _price(cost_model: Any, sums: _Sums, max_num_batched_tokens: int) -> float:
+    """The backlog in seconds from its accumulators (see :func:`estimate_backlog_s`)."""
+    p_tot, attn, n_p, d_tot, d_max, kv = sums
     total = 0.0
     if p_tot:
         k = -(-p_tot // max_num_batched_tokens)
@@ -214,13 +260,6 @@ class InstanceView:
         if self._backlog is None:
             e = self._engine
             items: list[tuple[int, int, int, int]] = []
-            for r in e.running:
-                left = r.num_tokens - r.num_computed_tokens
-                d = r.max_tokens - r.num_output_tokens
-                if left > 1:
-                    items.append((left, r.num_computed_tokens, d - 1, r.num_tokens))
-                else:
-                    items.append((0, 0, d, r.num_tokens - 1))
             for r in e.waiting:
                 ext = r.num_external_tokens if r.num_output_tokens == 0 else 0
                 d = r.max_tokens - r.num_output_tokens - 1
@@ -229,7 +268,10 @@ class InstanceView:
             for s in e._pending[e._next_arrival :]:
                 ext = external.get(s.request_id, 0) if external else 0
                 items.append((s.prompt_len - ext, ext, s.max_tokens - 1, s.prompt_len))
-            self._backlog = estimate_backlog_s(e.cost_model, items, e.config.max_num_batched_tokens)
+            # Running requests first, then waiting, then routed-but-not-arrived (the order of
+            # the float sums); running ones are summed without building their items.
+            sums = _backlog_sums(items, _running_sums(e.running))
+            self._backlog = _price(e.cost_model, sums, e.config.max_num_batched_tokens)
         return self._backlog
 
     def load(self, metric: str) -> float:

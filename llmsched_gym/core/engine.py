@@ -22,6 +22,8 @@ from __future__ import annotations
 import bisect
 import json
 from collections.abc import Callable, Sequence
+from operator import attrgetter
+from operator import sub as _sub
 from typing import IO, Any
 
 import numpy as np
@@ -37,6 +39,9 @@ from llmsched_gym.metrics.columns import StepColumn
 
 _STALL_LIMIT = 10_000
 _RUNNING = RequestStatus.RUNNING
+_output_len = attrgetter("_output_len")
+_num_output_tokens = attrgetter("num_output_tokens")
+_num_computed_tokens = attrgetter("num_computed_tokens")
 
 
 class StepContext:
@@ -230,23 +235,39 @@ class StepContext:
         running = _RUNNING
         tokens = attn = dkv = pkv = n_pre = n_dec = 0
         stop = -1
+        avail = budget - reserve  # tokens this call may still schedule
         for i in range(start, len(reqs)):
-            if budget - reserve <= 0:
+            if avail <= 0:
                 break
             req = reqs[i]
             if req.status is not running:
                 continue
             c = req.num_computed_tokens
             n = req.num_tokens - c
-            if n == 1:
+            if n == 1:  # a decode (the common case): one token, always within ``avail``
                 if not decode:
                     continue
-            elif n <= 0 or not prefill:
+                if req in scheduled:
+                    raise PolicyError(
+                        f"schedule_running({req.request_id!r}): already scheduled this step"
+                    )
+                if c < len(req.blocks) * bs:
+                    if caching and (c + 1) // bs > req.num_cached_blocks:
+                        kv.cache_blocks(req, c + 1)
+                elif kv.allocate_slots(req, 1) is None:
+                    stop = i
+                    break
+                scheduled[req] = 1
+                dkv += c
+                n_dec += 1
+                avail -= 1
                 continue
-            elif 0 < threshold < n:
+            if n <= 0 or not prefill:
+                continue
+            if 0 < threshold < n:
                 n = threshold
-            if n > budget - reserve:
-                n = budget - reserve
+            if n > avail:
+                n = avail
             if req in scheduled:
                 raise PolicyError(
                     f"schedule_running({req.request_id!r}): already scheduled this step"
@@ -259,15 +280,17 @@ class StepContext:
                 stop = i
                 break
             scheduled[req] = n
-            tokens += n
-            if n == 1:
+            avail -= n
+            if n == 1:  # a chunk cut to one token counts as a decode item (``_account``)
                 dkv += c
                 n_dec += 1
             else:
+                tokens += n
                 attn += n * n + 2 * c * n
                 pkv += c
                 n_pre += 1
-            budget -= n
+        tokens += n_dec
+        budget = avail + reserve
         self.token_budget = budget
         self._tokens += tokens
         self._prefill_attn += attn
@@ -678,15 +701,17 @@ class Engine:
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
             req.num_computed_total += n
-            if c < req.num_tokens:
+            t = req.num_tokens
+            if c < t:
                 num_partial += 1
                 if n > 1:
                     partial_multi += 1
-                if req.num_tokens - c == 1:
+                if t - c == 1:
                     partial_to_one += 1
                 continue  # partial prefill chunk: nothing sampled
-            req.num_tokens += 1
-            req.num_output_tokens += 1
+            req.num_tokens = t + 1
+            o = req.num_output_tokens + 1
+            req.num_output_tokens = o
             last = req.last_token_time
             if last is None:
                 req.first_token_time = end
@@ -696,7 +721,7 @@ class Engine:
                 self.itl_values.append(end - last)
                 self.itl_weights.append(1)
             req.last_token_time = end
-            if req.num_output_tokens >= req._output_len:
+            if o >= req._output_len:
                 finished.append(req)
         if same_gap:
             self.itl_values.append(duration)
@@ -774,29 +799,28 @@ class Engine:
                 hits, _ = self.kv.get_computed_blocks(head)
                 if self.kv.blocks_to_admit(head, hits) <= self.kv.pool.num_free:
                     return False
-        bs = self.config.block_size
-        min_left = 1 << 62
-        m0 = 0
-        offsets: list[int] = []
-        append = offsets.append
-        for r in running:  # one pass: all decode? next finisher, context sum, block offsets
-            c = r.num_computed_tokens
-            if r.num_tokens - c != 1:
-                return False
-            left = r._output_len - r.num_output_tokens
-            if left < min_left:
-                min_left = left
-            m0 += c
-            # Request i needs a new block at step offsets o_i, o_i + bs, ...
-            append(len(r.blocks) * bs - c)
+        # Every running request decodes: none has more than one token left and, as each has at
+        # least one, the tokens left sum to n. So the check needs no pass over ``running`` in
+        # Python: the next finisher and the context sum are C-level reductions, and the
+        # per-request block offsets are needed only when free blocks might not last (the
+        # stretch computes them again while it advances the requests).
+        if self.running_tokens != n:
+            return False
         # Nobody finishes before the stretch's last step (finishers free after it).
-        k = min_left
+        k = min(map(_sub, map(_output_len, running), map(_num_output_tokens, running)))
         if k < 2:
             return False
-        # Largest k such that the block-boundary allocations in steps [0, k) fit in free blocks.
-        k = _max_steps_within_blocks(offsets, bs, self.kv.pool.num_free, k)
-        if k < 2:
-            return False
+        # Largest k such that the block-boundary allocations in steps [0, k) fit in free blocks;
+        # nobody allocates more than ceil(k / bs) blocks in k steps, so plenty is O(1).
+        bs = self.config.block_size
+        free = self.kv.pool.num_free
+        if n * ((k + bs - 1) // bs) > free:
+            # Request i needs a new block at step offsets o_i, o_i + bs, ...
+            offsets = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
+            k = _max_steps_within_blocks(offsets, bs, free, k)
+            if k < 2:
+                return False
+        m0 = sum(map(_num_computed_tokens, running))
         # Step times (the same float operations as stepping one at a time), cut at the next
         # arrival: every step of the stretch must start before it.
         t_next = min(
@@ -833,25 +857,61 @@ class Engine:
             durations, starts = dur[:k].tolist(), st[: k + 1].tolist()
         if k < 2:
             return False
-        self._advance_decode_stretch(k, offsets, durations, starts)
+        self._advance_decode_stretch(k, durations, starts)
         return True
 
-    def _advance_decode_stretch(
-        self, k: int, offsets: list[int], durations: list[float], starts: list[float]
-    ) -> None:
+    def _advance_decode_stretch(self, k: int, durations: list[float], starts: list[float]) -> None:
+        """Advance every running request (all decoding) by ``k`` steps in one pass.
+
+        Block-boundary allocations are collected in the same pass and made afterwards, in the
+        order stepping would make them; then full blocks are registered and finishers free.
+        """
         running = self.running
         n = len(running)
         bs = self.config.block_size
         kv = self.kv
         pool = kv.pool
         # Allocation events in (step, running position) order, as stepping would make them,
-        # packed as step * n + position so that they sort as ints.
+        # packed as step * n + position so that they sort as ints: request ``pos`` needs a
+        # new block at steps room, room + bs, ... below k (``room``: its free slots before).
         events: list[int] = []
         stride = bs * n
         end = k * n
-        for pos, o in enumerate(offsets):
-            if o < k:  # steps o, o + bs, ... below k, packed
-                events.extend(range(o * n + pos, end + pos, stride))
+        first_end, last_end = starts[1], starts[k]
+        now = self.now
+        caching = kv.enable_caching
+        n_same_first = 0
+        finished: list[Request] = []
+        to_cache: list[Request] = []
+        itl_values = self.itl_values
+        pos = 0
+        for req in running:
+            c = req.num_computed_tokens
+            room = len(req.blocks) * bs - c
+            if room < k:
+                events.extend(range(room * n + pos, end + pos, stride))
+            pos += 1
+            req.num_computed_tokens = c + k
+            req.num_computed_total += k
+            t = req.num_tokens + k
+            req.num_tokens = t
+            o = req.num_output_tokens + k
+            req.num_output_tokens = o
+            if caching and (t - 1) // bs > req.num_cached_blocks:
+                to_cache.append(req)  # registered once its new blocks are in place
+            # The gap before the stretch's first token is the request's own unless it also
+            # produced a token in the previous step; later gaps are the shared step durations.
+            last = req.last_token_time
+            if last == now:
+                n_same_first += 1
+            elif last is None:  # the stretch's first step samples its first token
+                req.first_token_time = first_end
+            else:
+                itl_values.append(first_end - last)
+                self.itl_weights.append(1)
+            req.last_token_time = last_end
+            if o >= req._output_len:
+                finished.append(req)
         events.sort()
         free_after: list[int] | None = None
         if self.schedule_log is not None or self._steps is not None:
@@ -866,33 +926,8 @@ class Engine:
         if events:  # taken from the free queue's front in event order, as stepping would
             for e, b in zip(events, pool.get_new_blocks(len(events)), strict=True):
                 running[e % n].blocks.append(b)
-        first_end, last_end = starts[1], starts[k]
-        now = self.now
-        caching = kv.enable_caching
-        n_same_first = 0
-        finished: list[Request] = []
-        for req in running:
-            req.num_computed_tokens += k
-            req.num_computed_total += k
-            t = req.num_tokens + k
-            req.num_tokens = t
-            o = req.num_output_tokens + k
-            req.num_output_tokens = o
-            if caching and (t - 1) // bs > req.num_cached_blocks:
-                kv.cache_blocks(req, t - 1)
-            # The gap before the stretch's first token is the request's own unless it also
-            # produced a token in the previous step; later gaps are the shared step durations.
-            last = req.last_token_time
-            if last == now:
-                n_same_first += 1
-            elif last is None:  # the stretch's first step samples its first token
-                req.first_token_time = first_end
-            else:
-                self.itl_values.append(first_end - last)
-                self.itl_weights.append(1)
-            req.last_token_time = last_end
-            if o >= req._output_len:
-                finished.append(req)
+        for req in to_cache:
+            kv.cache_blocks(req, req.num_tokens - 1)
         if n_same_first:
             self.itl_values.append(durations[0])
             self.itl_weights.append(n_same_first)

@@ -27,6 +27,8 @@ from llmsched_gym.scenarios.spec import Scenario, load_scenario
 BACKENDS = ("sim", "vllm")
 """Backends an environment can run on: the simulator, or a live vLLM engine (Priority only)."""
 
+_all_true = np.logical_and.reduce
+
 _WORKLOAD_CACHE: OrderedDict[tuple, list] = OrderedDict()
 _WORKLOAD_CACHE_SIZE = 16
 
@@ -95,7 +97,7 @@ def check_box(action: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
             a = a.reshape(shape)
         else:
             raise InvalidActionError(f"{what}: action must have shape {shape}, got {a.shape}")
-    if not np.isfinite(a).all():
+    if not _all_true(np.isfinite(a), axis=None):  # ``.all()`` without its Python wrapper
         raise InvalidActionError(f"{what}: action must be finite, got {a.tolist()!r}")
     return a
 

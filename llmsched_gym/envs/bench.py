@@ -5,10 +5,14 @@
 
 Each task runs one episode with a heuristic agent (``PolicyAgent(vllm-v1)``, which makes every
 episode equal to ``simulate``; Route: ``RouterAgent`` with the scenario's router, equal to
-``simulate_cluster``) and one with random valid actions, after a warm-up reset (the workload is
-cached). For scale it also times the bare engine on the same workload (``simulate``, decision
-steps per second) and, for Route, the bare cluster (``simulate_cluster``, routing decisions per
-second): an environment cannot be faster than the simulator underneath it.
+``simulate_cluster``), one with random valid actions drawn per step (``action_space.sample()``,
+or a uniform choice among ``action_masks()``), and one, ``random-presampled``, whose random
+numbers are drawn in batches of 1,024 steps up front (as EnvPool-style throughput benchmarks
+do), so the row times the environment rather than the sampler; each after a warm-up reset (the
+workload is cached). For scale it also times the bare engine on the same workload
+(``simulate``, decision steps per second) and, for Route, the bare cluster
+(``simulate_cluster``, routing decisions per second): an environment cannot be faster than the
+simulator underneath it.
 """
 
 from __future__ import annotations
@@ -18,14 +22,19 @@ import time
 from typing import Any
 
 import numpy as np
+from gymnasium.spaces import Box, Discrete
 
 from llmsched_gym.envs.adapters import PolicyAgent, RouterAgent
 from llmsched_gym.envs.registration import CLUSTER_TASKS, TASKS
 from llmsched_gym.policies.registry import make_policy
 from llmsched_gym.scenarios.spec import load_scenario
 
+_CHUNK = 1024
+"""Steps per batch of pre-drawn random numbers (``random-presampled``)."""
+
 
 def _episode(env: Any, agent: str, seed: int) -> tuple[int, float]:
+    """One episode: (env steps, wall seconds of the stepping loop, agent included)."""
     obs, _ = env.reset(seed=seed)
     if getattr(env, "cluster_task", False):
         heuristic: Any = RouterAgent(env.scenario.cluster["router"])
@@ -34,12 +43,30 @@ def _episode(env: Any, agent: str, seed: int) -> tuple[int, float]:
     rng = np.random.default_rng(seed)
     env.action_space.seed(seed)
     masks = getattr(env, "action_masks", None)
+    space = env.action_space
+    presampled = agent == "random-presampled"
+    draws: Any = None
     steps = 0
     t0 = time.perf_counter()
     done = False
     while not done:
+        if presampled and steps % _CHUNK == 0:
+            # Draws for the next _CHUNK steps in one call (timed too): uniform in [0, 1).
+            shape = (_CHUNK, *space.shape) if isinstance(space, Box) else (_CHUNK,)
+            draws = rng.random(shape).tolist()
         if agent == "heuristic":
             action = heuristic.act(env)
+        elif presampled:
+            u = draws[steps % _CHUNK]
+            if masks is not None:  # a uniform valid choice among the candidates
+                valid = np.flatnonzero(masks())
+                action = int(valid[int(u * len(valid))])
+            elif isinstance(space, Discrete):
+                action = int(space.start) + int(u * int(space.n))
+            elif isinstance(space, Box):  # uniform between its (finite) bounds
+                action = space.low + (space.high - space.low) * np.asarray(u, space.dtype)
+            else:
+                action = space.sample()
         elif masks is not None:
             action = int(rng.choice(np.flatnonzero(masks())))
         else:
@@ -48,6 +75,10 @@ def _episode(env: Any, agent: str, seed: int) -> tuple[int, float]:
         steps += 1
         done = term or trunc
     return steps, time.perf_counter() - t0
+
+
+AGENTS = ("heuristic", "random", "random-presampled")
+"""Agents of every task's rows (see the module docstring)."""
 
 
 def bench(
@@ -85,7 +116,7 @@ def bench(
             route_scenario if task in CLUSTER_TASKS else scenario, scenario_overrides=overrides
         )
         env.reset(seed=0)  # warm the workload cache
-        for agent in ("heuristic", "random"):
+        for agent in AGENTS:
             steps, wall = _episode(env, agent, 0)
             rows.append({"task": task, "agent": agent, "steps": steps, "steps_per_s": steps / wall})
     return rows
@@ -99,9 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--limit", type=int, default=2000, help="first N requests of the trace")
     p.add_argument("--task", action="append", choices=[*TASKS, *CLUSTER_TASKS], help="(repeatable)")
     args = p.parse_args(argv)
-    print(f"{'task':28s} {'agent':10s} {'env steps':>10s} {'steps/s':>10s}")
+    print(f"{'task':28s} {'agent':18s} {'env steps':>10s} {'steps/s':>10s}")
     for row in bench(args.scenario, args.limit, args.task, args.route_scenario):
-        print(f"{row['task']:28s} {row['agent']:10s} {row['steps']:10d} {row['steps_per_s']:10.0f}")
+        print(f"{row['task']:28s} {row['agent']:18s} {row['steps']:10d} {row['steps_per_s']:10.0f}")
 
 
 if __name__ == "__main__":

@@ -251,9 +251,16 @@ class Observer:
         return out, mask
 
 
+_BOUNDS = {x: np.float32(x) for x in (-1.0, 0.0, 1.0)}
+
+
 def _clip(out: np.ndarray, lo: float, hi: float) -> None:
-    """``np.clip(out, lo, hi, out=out)`` without its Python wrapper (the same ufunc)."""
-    _clip_ufunc(out, lo, hi, out=out)
+    """``np.clip(out, lo, hi, out=out)`` without its Python wrapper (the same ufunc).
+
+    The bounds go in as float32 scalars (the common ones made once): the same float32 loop
+    as Python floats get, without converting them on every call.
+    """
+    _clip_ufunc(out, _BOUNDS.get(lo, lo), _BOUNDS.get(hi, hi), out=out)
 
 
 def _slack(req: Request, spec: Any, now: float) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import islice
+from operator import ge
 from typing import Any
 
 import numpy as np
@@ -258,10 +260,16 @@ def set_scores(policy: PriorityPolicy, visible: list[Request], scores: Any, engi
     nw = 0
     while nw < n and visible[nw].status is not RequestStatus.RUNNING:
         nw += 1
+    nr = n - nw
+    if all(map(ge, s, islice(s, 1, None))):
+        # Scores already non-increasing by row (e.g. ``PolicyAgent``): both orders are the row
+        # order, as the stable sorts below would give, without sorting.
+        policy.waiting_order = visible[:nw]
+        policy.running_order = visible[nw:n] + running[nr:]
+        return
     # Highest score first; sorting stays stable under reverse=True, so ties keep row order.
     key = s.__getitem__
     w_idx = sorted(range(nw), key=key, reverse=True)
     r_idx = sorted(range(nw, n), key=key, reverse=True)
     policy.waiting_order = [visible[i] for i in w_idx]
-    nr = n - nw
     policy.running_order = [visible[i] for i in r_idx] + running[nr:]
