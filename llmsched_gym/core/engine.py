@@ -38,6 +38,9 @@ from llmsched_gym.kv.manager import KVCacheManager, cdiv
 from llmsched_gym.metrics.columns import StepColumn
 
 _STALL_LIMIT = 10_000
+_LIVELOCK_PREEMPTIONS = 100
+"""Preemptions within a stretch of more than ``_STALL_LIMIT`` steps in which no request sampled a
+token that make the engine call it a livelock (preempt / re-admit without progress)."""
 _RUNNING = RequestStatus.RUNNING
 _output_len = attrgetter("_output_len")
 _num_output_tokens = attrgetter("num_output_tokens")
@@ -469,6 +472,7 @@ class Engine:
         self.num_ff_steps = 0
         self.num_preemptions = 0
         self._stall = 0
+        self._unsampled = self._unsampled_preemptions = 0
         self._until = float("inf")
         self.finished: list[Request] = []
         self._pending: list[RequestSpec] = []
@@ -750,6 +754,29 @@ class Engine:
                     f"consecutive steps with {len(self.waiting)} waiting and "
                     f"{len(self.running)} running requests at t={self.now:.3f} s (a deadlock)"
                 )
+        # Preemptions reset the stall count, so a policy that preempts and re-admits without
+        # ever sampling (a livelock) is caught here: no token sampled for _STALL_LIMIT steps
+        # while requests kept being preempted. Sampled tokens are never undone, so a policy
+        # that progresses resets this.
+        if len(scheduled) > num_partial:
+            self._unsampled = self._unsampled_preemptions = 0
+        else:
+            self._unsampled += 1
+            self._unsampled_preemptions += len(ctx.preempted)
+            if (
+                self._unsampled > _STALL_LIMIT
+                and self._unsampled_preemptions >= _LIVELOCK_PREEMPTIONS
+            ):
+                most = max(
+                    (*self.running, *self.waiting), key=lambda r: (r.num_preemptions, r.request_id)
+                )
+                raise PolicyError(
+                    f"policy {self.policy.name!r} sampled no token for {_STALL_LIMIT} steps "
+                    f"while preempting {self._unsampled_preemptions} times, at t={self.now:.3f} "
+                    f"s with {len(self.waiting)} waiting and {len(self.running)} running "
+                    f"requests (a livelock); request {most.request_id!r} was preempted "
+                    f"{most.num_preemptions} times"
+                )
 
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end``: free their blocks in the given (scheduling) order."""
@@ -940,6 +967,7 @@ class Engine:
         self.now = last_end
         self.num_steps += k
         self.num_ff_steps += k
+        self._unsampled = self._unsampled_preemptions = 0  # decode stretches sample
 
     # -- logs and records -------------------------------------------------------------------
     def _log_step(self, ctx: StepContext, num_free: int, finished: list[Request]) -> None:

@@ -140,6 +140,27 @@ def test_deadlocked_policy_is_an_error_not_a_hang():
             pass
 
 
+def test_livelocked_policy_is_an_error_not_a_hang():
+    """A policy that keeps preempting and re-admitting without a token ever being sampled
+    resets the 'scheduled nothing' guard every step; the livelock guard names it instead."""
+
+    class Churn(SchedulingPolicy):
+        name = "churn"
+
+        def schedule(self, ctx):
+            if ctx.running:  # preempt whatever runs, so its prefill never completes
+                ctx.preempt(ctx.running[0])
+                return
+            ctx.admit(ctx.waiting.peek(), 2)
+
+    eng, _ = tiny_engine(Churn())
+    eng.add_requests([spec("a", 8, 3)])
+    with pytest.raises(PolicyError, match="livelock.*'a' was preempted"):
+        while eng.step():
+            pass
+    assert eng.num_steps > 10_000 and eng.num_preemptions >= 100
+
+
 def test_true_output_length_needs_oracle_flag():
     class Peek(SchedulingPolicy):
         name = "peek"
