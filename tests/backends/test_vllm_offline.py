@@ -197,8 +197,21 @@ def test_merge_calibrations_pools_repeats_of_the_same_composition():
     merged = merge_calibrations([part(1.0), part(1.2), part(1.1)])
     assert len(merged.steps) == 12 and merged.repeats == 3
     assert all(len(s.times_s) == 3 for s in merged.steps)
-    # the pooled median is the middle part's time
+    # pooled times; the fit targets their mean (1.1x, the middle part's scale)
     assert np.isclose(merged.steps[0].times_s[2], 0.011) and merged.heldout_mape_pct < 1.0
+    got = merged.frame().set_index("probe")["mean_s"]
+    assert np.allclose(
+        [got[f"p{i}"] for i in range(12)], [1.1 * (0.01 + 0.001 * i) for i in range(12)]
+    )
+
+
+def test_calibration_targets_the_mean_step_time_not_the_median():
+    """Step times are skewed to the slow side; latencies sum them, so the profile must predict
+    the expected (mean) time: a median target under-predicts a skewed composition."""
+    from llmsched_gym.backends.vllm.calibrate import MeasuredStep, _targets
+
+    skewed = MeasuredStep("p", "decode", 0, [1], [10], [0.010, 0.010, 0.010, 0.011, 0.019])
+    assert _targets([skewed])[0] == pytest.approx(0.012) != float(np.median(skewed.times_s))
 
 
 def test_policy_inside_vllm_needs_a_cost_model_when_it_reads_one():

@@ -14,8 +14,10 @@ submitted at chosen steps so that the engine's own scheduler builds the wanted c
 Every executed step is kept with its *actual* composition read from the scheduler's output (not
 the intended one). The probe set runs ``repeats`` times (fresh token ids each time, repeats
 interleaved so drift in a shared machine's load hits all probes alike); steps with the same
-(probe, step) key have the same composition, and their median time is one fitting row, which
-removes most scheduling jitter of a shared CPU. The six coefficients are fitted with
+(probe, step) key have the same composition, and their mean time is one fitting row (the
+profile predicts a step's expected time: latencies are sums of step times, and step times are
+skewed to the slow side, so a median would under-predict them; on this project's machine by
+about 5% on a trace run). The six coefficients are fitted with
 ``llmsched_gym.cost.linearfit.fit_linear`` (relative-error NNLS, seeded held-out split).
 """
 
@@ -229,7 +231,7 @@ class CalibrationResult:
     steps: list[MeasuredStep]
     fit: FitResult
     raw_heldout: FitStats
-    """Error of the fitted model on every individual measured step (no median) of the held-out
+    """Error of the fitted model on every individual measured step (no mean) of the held-out
     compositions: the noise floor of single steps on this machine."""
     engine: dict[str, Any]
     hardware: dict[str, Any]
@@ -242,11 +244,11 @@ class CalibrationResult:
 
     @property
     def heldout_mape_pct(self) -> float:
-        """Held-out MAPE (percent) of the fitted profile on median step times."""
+        """Held-out MAPE (percent) of the fitted profile on mean step times per composition."""
         return self.fit.heldout.mape_pct
 
     def frame(self) -> Any:
-        """The measured steps as a DataFrame (features, median and per-repeat times)."""
+        """The measured steps as a DataFrame (features, mean, median and per-repeat times)."""
         import pandas as pd
 
         feats = _features(self.steps)
@@ -257,11 +259,17 @@ class CalibrationResult:
                 "kind": [s.kind for s in self.steps],
                 "step": [s.index for s in self.steps],
                 **feats,
+                "mean_s": _targets(self.steps),
                 "median_s": [float(np.median(s.times_s)) for s in self.steps],
                 "predicted_s": pred,
                 "times_s": [" ".join(f"{t:.6f}" for t in s.times_s) for s in self.steps],
             }
         )
+
+
+def _targets(steps: Sequence[MeasuredStep]) -> np.ndarray:
+    """Each composition's fitting target: the mean of its measured times (see the module doc)."""
+    return np.asarray([float(np.mean(s.times_s)) for s in steps])
 
 
 def _features(steps: Sequence[MeasuredStep]) -> dict[str, np.ndarray]:
@@ -328,7 +336,7 @@ def calibrate(
 
     Args:
         engine: a ``LiveEngine`` (default: one built from ``LiveEngineConfig()``, closed after).
-        repeats: runs of the whole design; each composition's median time is one fitting row.
+        repeats: runs of the whole design; each composition's mean time is one fitting row.
         seed: seed of the token ids and of the held-out split.
         scale: thins the grid (``< 1``) for quick runs and tests.
         heldout_fraction: share of compositions kept out of the fit.
@@ -391,7 +399,7 @@ def calibrate(
         run.result()
         steps = sorted(measured.values(), key=lambda s: (s.probe, s.index))
         feats = _features(steps)
-        med = np.asarray([float(np.median(s.times_s)) for s in steps])
+        med = _targets(steps)
         label = name or f"vllm-live:{cfg.describe()['model']}@{_hw_slug()}"
         fit = fit_linear(feats, med, label, seed=seed, heldout_fraction=heldout_fraction)
         raw = _raw_heldout(steps, feats, fit)
@@ -418,7 +426,7 @@ def calibrate(
 def merge_calibrations(parts: Sequence[CalibrationResult]) -> CalibrationResult:
     """One fit from several calibration runs on the same engine (their repeats pooled).
 
-    Compositions measured in several parts pool their times (the median then spans all parts),
+    Compositions measured in several parts pool their times (the mean then spans all parts),
     so a profile calibrated in parts interleaved with other runs reflects the machine's speed
     over the whole session. Seed, split share and name come from the first part.
     """
@@ -440,7 +448,7 @@ def merge_calibrations(parts: Sequence[CalibrationResult]) -> CalibrationResult:
                 have.cpu_s.extend(st.cpu_s)
     steps = sorted(pooled.values(), key=lambda s: (s.probe, s.index))
     feats = _features(steps)
-    med = np.asarray([float(np.median(s.times_s)) for s in steps])
+    med = _targets(steps)
     fit = fit_linear(
         feats, med, first.name, seed=first.fit.seed, heldout_fraction=first.fit.heldout_fraction
     )
@@ -501,7 +509,8 @@ def profile_document(result: CalibrationResult) -> dict[str, Any]:
         "units": "seconds; features as defined in llmsched_gym/cost/base.py",
         "fit": {
             "method": "relative-error non-negative least squares (Lawson-Hanson), seeded split; "
-            "one row per batch composition: the median of its measured step times",
+            "one row per batch composition: the mean of its measured step times (the expected "
+            "step time)",
             "seed": result.fit.seed,
             "heldout_fraction": result.fit.heldout_fraction,
             "train": _stats(result.fit.train),
@@ -554,7 +563,7 @@ def write_calibration(result: CalibrationResult, out_dir: str | Path) -> dict[st
 def _report_markdown(result: CalibrationResult, frame: Any) -> str:
     f = result.fit
     coef = "\n".join(f"| `{k}` | {v:.6g} |" for k, v in f.model.coefficients().items())
-    frame = frame.assign(ape_pct=(frame.predicted_s - frame.median_s).abs() / frame.median_s * 100)
+    frame = frame.assign(ape_pct=(frame.predicted_s - frame.mean_s).abs() / frame.mean_s * 100)
     by_kind = frame.groupby("kind").agg(
         compositions=("ape_pct", "size"),
         median_ms=("median_s", lambda x: 1000 * float(np.median(x))),
@@ -571,8 +580,8 @@ def _report_markdown(result: CalibrationResult, frame: Any) -> str:
     split_rows = "\n".join(
         f"| {label} | {st.n} | {st.mape_pct:.2f} | {st.p90_ape_pct:.2f} | {st.max_ape_pct:.2f} |"
         for label, st in (
-            ("train (median per composition)", f.train),
-            ("**held-out (median per composition)**", f.heldout),
+            ("train (mean per composition)", f.train),
+            ("**held-out (mean per composition)**", f.heldout),
             ("held-out single steps", result.raw_heldout),
         )
     )
