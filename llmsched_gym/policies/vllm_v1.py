@@ -51,6 +51,11 @@ class VllmV1Policy(SchedulingPolicy):
         running = ctx.running
         i = 0
         while i < len(running) and ctx.token_budget > 0:
+            # Requests whose blocks suffice in one call (the common case); the first that
+            # needs a victim is handled below, one at a time, as vLLM does.
+            i = ctx.schedule_in_order(running, i, threshold=threshold)
+            if i < 0:
+                break
             req = running[i]
             n = req.num_tokens - req.num_computed_tokens
             if 0 < threshold < n:

@@ -262,29 +262,31 @@ class LiveStepContext:
         *,
         threshold: int = 0,
         reserve: int = 0,
+        decode: bool = True,
+        prefill: bool = True,
     ) -> int:
-        """Schedule ``reqs[start:]`` (running) one after another, as ``StepContext`` does.
+        """``StepContext.schedule_in_order`` (same contract): ``reqs[start:]`` in order.
 
-        Each gets its remaining tokens, cut to ``threshold`` (when > 0) and to the budget left
-        after ``reserve`` tokens; returns the index of the first one that could not be
-        scheduled (blocks ran out), or ``len(reqs)``.
+        Running requests get their tokens left, cut to ``threshold`` (when > 0) and to the
+        budget above ``reserve``; others are skipped, as are decodes without ``decode`` and
+        prefills without ``prefill``. Returns the index of the first request whose blocks ran
+        out (nothing changed for it), or -1 when the loop ended.
         """
-        i = start
-        while i < len(reqs):
-            if self.token_budget - reserve <= 0:
-                return i
+        for i in range(start, len(reqs)):
+            avail = self.token_budget - reserve
+            if avail <= 0:
+                break
             req = reqs[i]
+            if req.status is not RequestStatus.RUNNING:
+                continue
             n = req.num_tokens - req.num_computed_tokens
+            if n <= 0 or (n == 1 and not decode) or (n > 1 and not prefill):
+                continue
             if 0 < threshold < n:
                 n = threshold
-            n = min(n, self.token_budget - reserve)
-            if n <= 0:
-                i += 1
-                continue
-            if not self.schedule_running(req, n):
+            if not self.schedule_running(req, min(n, avail)):
                 return i
-            i += 1
-        return i
+        return -1
 
     def admit(
         self,
