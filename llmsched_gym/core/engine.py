@@ -47,6 +47,69 @@ _num_output_tokens = attrgetter("num_output_tokens")
 _num_computed_tokens = attrgetter("num_computed_tokens")
 
 
+def check_oracle(policy: Any, req: Any) -> None:
+    """The step context's rule: only policies flagged ``oracle = True`` read true output lengths.
+
+    Shared by every ``StepContext`` implementation (the simulator's, the live backend's), so a
+    policy gets the same error on both.
+    """
+    if not getattr(policy, "oracle", False):
+        raise PolicyError(
+            f"policy {policy.name!r} read the true output length of {req.request_id!r} but is "
+            "not flagged oracle=True; oracle policies must say so"
+        )
+
+
+def check_schedule_running(
+    req: Any, num_tokens: int, remaining: int, budget: int, scheduled: Any
+) -> None:
+    """Raise the ``PolicyError`` that ``schedule_running(req, num_tokens)`` breaks, if any.
+
+    ``remaining`` is the request's tokens not yet computed, ``budget`` the step's token budget
+    left, ``scheduled`` the step's scheduled requests (shared by every step context).
+    """
+    if req.status is not _RUNNING:
+        raise PolicyError(f"schedule_running({req.request_id!r}): request is not running")
+    if req in scheduled:
+        raise PolicyError(f"schedule_running({req.request_id!r}): already scheduled this step")
+    if not 1 <= num_tokens <= remaining:
+        raise PolicyError(
+            f"schedule_running({req.request_id!r}, {num_tokens}): must schedule between 1 and "
+            f"{remaining} tokens (tokens not yet computed)"
+        )
+    if num_tokens > budget:
+        raise PolicyError(
+            f"schedule_running({req.request_id!r}, {num_tokens}): exceeds the remaining token "
+            f"budget {budget} (max_num_batched_tokens)"
+        )
+
+
+def check_admit(req: Any, num_running: int, max_num_seqs: int) -> None:
+    """Raise the ``PolicyError`` of an ``admit`` of a request not waiting, or into a full batch."""
+    if req.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+        raise PolicyError(f"admit({req.request_id!r}): request is not waiting")
+    if num_running >= max_num_seqs:
+        raise PolicyError(
+            f"admit({req.request_id!r}): {num_running} requests already running "
+            f"(max_num_seqs={max_num_seqs})"
+        )
+
+
+def check_admit_tokens(
+    req: Any, num_tokens: int | None, n: int, remaining: int, budget: int
+) -> None:
+    """Raise the ``PolicyError`` of an ``admit`` of ``n`` tokens outside its valid range.
+
+    ``n`` (asked: ``num_tokens``) must lie between 1 and the ``remaining`` tokens past the prefix
+    hit, within the step's token ``budget``.
+    """
+    if not 1 <= n <= min(remaining, budget):
+        raise PolicyError(
+            f"admit({req.request_id!r}, {num_tokens}): must schedule between 1 and {remaining} "
+            f"tokens within the token budget {budget}"
+        )
+
+
 class StepContext:
     """What a policy sees and may do while building one step's batch.
 
@@ -155,11 +218,7 @@ class StepContext:
 
     def true_output_len(self, req: Request) -> int:
         """The request's real output length; only policies flagged ``oracle = True`` may ask."""
-        if not getattr(self._engine.policy, "oracle", False):
-            raise PolicyError(
-                f"policy {self._engine.policy.name!r} read the true output length of "
-                f"{req.request_id!r} but is not flagged oracle=True; oracle policies must say so"
-            )
+        check_oracle(self._engine.policy, req)
         return req._output_len
 
     # -- acting ------------------------------------------------------------------------------
@@ -171,23 +230,16 @@ class StepContext:
         ``num_lookahead_tokens`` allocates slots beyond this step's tokens (KV reserved for
         future decode tokens). On False nothing changed: the policy may preempt and retry.
         """
-        if req.status is not _RUNNING:
-            raise PolicyError(f"schedule_running({req.request_id!r}): request is not running")
         scheduled = self.scheduled
-        if req in scheduled:
-            raise PolicyError(f"schedule_running({req.request_id!r}): already scheduled this step")
         c = req.num_computed_tokens
         remaining = req.num_tokens - c
-        if not 1 <= num_tokens <= remaining:
-            raise PolicyError(
-                f"schedule_running({req.request_id!r}, {num_tokens}): must schedule between 1 and "
-                f"{remaining} tokens (tokens not yet computed)"
-            )
-        if num_tokens > self.token_budget:
-            raise PolicyError(
-                f"schedule_running({req.request_id!r}, {num_tokens}): exceeds the remaining token "
-                f"budget {self.token_budget} (max_num_batched_tokens)"
-            )
+        if (  # one inline test on the hot path; check_schedule_running names the violation
+            req.status is not _RUNNING
+            or req in scheduled
+            or not 1 <= num_tokens <= remaining
+            or num_tokens > self.token_budget
+        ):
+            check_schedule_running(req, num_tokens, remaining, self.token_budget, scheduled)
         kv = self._kv
         end = c + num_tokens
         bs = self.block_size
@@ -251,9 +303,7 @@ class StepContext:
                 if not decode:
                     continue
                 if req in scheduled:
-                    raise PolicyError(
-                        f"schedule_running({req.request_id!r}): already scheduled this step"
-                    )
+                    check_schedule_running(req, 1, n, avail, scheduled)
                 if c < len(req.blocks) * bs:
                     if caching and (c + 1) // bs > req.num_cached_blocks:
                         kv.cache_blocks(req, c + 1)
@@ -272,9 +322,7 @@ class StepContext:
             if n > avail:
                 n = avail
             if req in scheduled:
-                raise PolicyError(
-                    f"schedule_running({req.request_id!r}): already scheduled this step"
-                )
+                check_schedule_running(req, n, n, avail, scheduled)
             end = c + n
             if end <= len(req.blocks) * bs:
                 if caching and end // bs > req.num_cached_blocks:
@@ -319,13 +367,7 @@ class StepContext:
         ``hit`` passes a lookup already made this step.
         """
         eng = self._engine
-        if req.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            raise PolicyError(f"admit({req.request_id!r}): request is not waiting")
-        if len(self.running) >= self.max_num_seqs:
-            raise PolicyError(
-                f"admit({req.request_id!r}): {len(self.running)} requests already running "
-                f"(max_num_seqs={self.max_num_seqs})"
-            )
+        check_admit(req, len(self.running), self.max_num_seqs)
         hit_blocks, hit_tokens = hit if hit is not None else self.lookup(req)
         # Hit tokens beyond the local hit blocks are external KV (PD hand-off): they get fresh
         # blocks now, computed. Without a hand-off ``external`` is 0.
@@ -333,11 +375,7 @@ class StepContext:
         external = hit_tokens - local if hit_tokens > local else 0
         remaining = req.num_tokens - hit_tokens
         n = min(remaining, self.token_budget) if num_tokens is None else num_tokens
-        if not 1 <= n <= min(remaining, self.token_budget):
-            raise PolicyError(
-                f"admit({req.request_id!r}, {num_tokens}): must schedule between 1 and {remaining} "
-                f"tokens within the token budget {self.token_budget}"
-            )
+        check_admit_tokens(req, num_tokens, n, remaining, self.token_budget)
         if (
             eng.kv.allocate_slots(
                 req, external + n, hit_blocks, num_lookahead_tokens, full_sequence_must_fit

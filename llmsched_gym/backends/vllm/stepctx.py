@@ -33,10 +33,18 @@ from typing import Any
 
 from llmsched_gym.backends.vllm._deps import import_vllm
 from llmsched_gym.config import EngineConfig
+from llmsched_gym.core.engine import (
+    check_admit,
+    check_admit_tokens,
+    check_oracle,
+    check_schedule_running,
+)
 from llmsched_gym.core.request import RequestStatus
 from llmsched_gym.errors import ConfigError, PolicyError
 
 __all__ = ["LiveRequest", "LiveStepContext", "policy_step_scheduler_cls"]
+
+_WAITING_STATES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 class LiveRequest:
@@ -117,7 +125,9 @@ class _WaitingView:
         return iter([view(r) for r in self._queue()])
 
     def __contains__(self, req: Any) -> bool:
-        return isinstance(req, LiveRequest) and req._r in self._ctx._waiting_set()
+        # vLLM keeps exactly its WAITING and PREEMPTED requests in this queue (the features
+        # that park requests elsewhere, connectors and async loads, are refused).
+        return isinstance(req, LiveRequest) and req.status in _WAITING_STATES
 
     def peek(self) -> LiveRequest:
         """The head of the queue (the next vLLM would admit)."""
@@ -161,9 +171,6 @@ class LiveStepContext:
         self._new_blocks: dict[str, Any] = {}
         self._num_tokens: dict[str, int] = {}
         self._timestamp = time.monotonic()
-
-    def _waiting_set(self) -> set:
-        return set(self._sched.waiting)
 
     # -- reading -----------------------------------------------------------------------------
     @property
@@ -211,12 +218,7 @@ class LiveStepContext:
 
     def true_output_len(self, req: LiveRequest) -> int:
         """The request's real output length; only policies flagged ``oracle = True`` may ask."""
-        policy = self._sched.bound_policy
-        if not getattr(policy, "oracle", False):
-            raise PolicyError(
-                f"policy {policy.name!r} read the true output length of {req.request_id!r} but "
-                "is not flagged oracle=True; oracle policies must say so"
-            )
+        check_oracle(self._sched.bound_policy, req)
         return req._output_len
 
     # -- acting ------------------------------------------------------------------------------
@@ -225,21 +227,8 @@ class LiveStepContext:
     ) -> bool:
         """Schedule ``num_tokens`` more tokens of a running request; False if blocks run out."""
         r = req._r
-        if req.status is not RequestStatus.RUNNING:
-            raise PolicyError(f"schedule_running({req.request_id!r}): request is not running")
-        if req in self.scheduled:
-            raise PolicyError(f"schedule_running({req.request_id!r}): already scheduled this step")
         remaining = r.num_tokens - r.num_computed_tokens
-        if not 1 <= num_tokens <= remaining:
-            raise PolicyError(
-                f"schedule_running({req.request_id!r}, {num_tokens}): must schedule between 1 and "
-                f"{remaining} tokens (tokens not yet computed)"
-            )
-        if num_tokens > self.token_budget:
-            raise PolicyError(
-                f"schedule_running({req.request_id!r}, {num_tokens}): exceeds the remaining token "
-                f"budget {self.token_budget} (max_num_batched_tokens)"
-            )
+        check_schedule_running(req, num_tokens, remaining, self.token_budget, self.scheduled)
         sched = self._sched
         new_blocks = sched.kv_cache_manager.allocate_slots(
             r,
@@ -299,13 +288,7 @@ class LiveStepContext:
         """Admit a waiting request with its prefix hit; returns tokens scheduled, or None."""
         sched = self._sched
         r = req._r
-        if req.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            raise PolicyError(f"admit({req.request_id!r}): request is not waiting")
-        if len(sched.running) >= self.max_num_seqs:
-            raise PolicyError(
-                f"admit({req.request_id!r}): {len(sched.running)} requests already running "
-                f"(max_num_seqs={self.max_num_seqs})"
-            )
+        check_admit(req, len(sched.running), self.max_num_seqs)
         did_lookup = r.num_computed_tokens == 0
         blocks, hit_tokens = hit if hit is not None else self.lookup(req)
         kvm = sched.kv_cache_manager
@@ -317,11 +300,7 @@ class LiveStepContext:
             blocks = kvm.empty_kv_cache_blocks
         remaining = r.num_tokens - hit_tokens
         n = min(remaining, self.token_budget) if num_tokens is None else num_tokens
-        if not 1 <= n <= min(remaining, self.token_budget):
-            raise PolicyError(
-                f"admit({req.request_id!r}, {num_tokens}): must schedule between 1 and {remaining} "
-                f"tokens within the token budget {self.token_budget}"
-            )
+        check_admit_tokens(req, num_tokens, n, remaining, self.token_budget)
         new_blocks = kvm.allocate_slots(
             r,
             n,
