@@ -521,6 +521,8 @@ def run_validation(
     from llmsched_gym.workloads.trace import load_trace
 
     own = engine is None
+    if isinstance(cost_model, (str, Path)):
+        cost_model = load_cost_model(str(cost_model))
     if scheduler != "vllm-v1":
         import dataclasses
 
@@ -539,10 +541,8 @@ def run_validation(
         config = dataclasses.replace(
             base_cfg,
             engine=dataclasses.replace(base_cfg.engine, scheduling_policy=queue),
-            scheduler_cls=policy_scheduler_cls(policy, cost_model=load_cost_model(str(cost_model))
-                                               if isinstance(cost_model, (str, Path))
-                                               else cost_model),
-        )  # fmt: skip
+            scheduler_cls=policy_scheduler_cls(policy, cost_model=cost_model),
+        )
     engine = engine or LiveEngine(config or LiveEngineConfig())
     load_before = _loadavg()
     try:
@@ -556,11 +556,7 @@ def run_validation(
         elif cost_model is None:
             raise ConfigError("validation needs a cost model (a profile) or calibrate_first=True")
         else:
-            model = (
-                load_cost_model(str(cost_model))
-                if isinstance(cost_model, (str, Path))
-                else cost_model
-            )
+            model = cost_model
         cfg = engine.config
         mp = max_prompt or (cfg.max_model_len * 5) // 8
         mp = min(mp, cfg.max_model_len - max_output)
