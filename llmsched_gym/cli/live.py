@@ -249,6 +249,13 @@ def run_validate(args: argparse.Namespace) -> int:
             else f"first divergence at step {d['first_divergent_step']}"
         )  # fmt: skip
     )
+    info = result.info
+    if len(info.get("runs", ())) > 1:
+        print(
+            f"e2e error per live run: {info['runs']} %; against the mean of the "
+            f"{len(info['runs'])} runs (95% interval ±{info['live_mean_ci95_pct']:.1f}%): "
+            f"{info['pooled_e2e_error_pct']:+.1f}%"
+        )
     for kind, path in paths.items():
         print(f"  {kind}: {path}")
     return 0

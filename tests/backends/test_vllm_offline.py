@@ -14,7 +14,7 @@ from llmsched_gym.backends.vllm import INSTALL_HINT, _deps
 from llmsched_gym.backends.vllm.calibrate import probes
 from llmsched_gym.backends.vllm.model import TinyModelSpec
 from llmsched_gym.backends.vllm.tokens import prompt_token_ids, with_token_ids
-from llmsched_gym.backends.vllm.validate import compare_schedules, scale_trace
+from llmsched_gym.backends.vllm.validate import compare_schedules, pooled_error, scale_trace
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import ConfigError
 
@@ -234,3 +234,15 @@ def test_policy_inside_vllm_needs_a_cost_model_when_it_reads_one():
 
     assert is_reorder_policy(make_policy("static-priority:priority"))
     assert not is_reorder_policy(make_policy("sarathi"))
+
+
+def test_pooled_error_compares_the_simulator_with_the_mean_of_the_live_runs():
+    # Live runs 4.0, 4.4, 4.2 s (mean 4.2, sd 0.2): t(2) = 4.303 -> half-width 0.497 s = 11.8%.
+    out = pooled_error([4.41, 4.41, 4.41], [4.0, 4.4, 4.2])
+    assert out["live_e2e_mean_of_runs"] == pytest.approx(4.2)
+    assert out["pooled_e2e_error_pct"] == pytest.approx(5.0)
+    assert out["live_mean_ci95_pct"] == pytest.approx(4.303 * 0.2 / 3**0.5 / 4.2 * 100)
+    # Faster simulator: negative; one run: no interval.
+    one = pooled_error([3.9], [4.0])
+    assert one["pooled_e2e_error_pct"] == pytest.approx(-2.5)
+    assert np.isnan(one["live_mean_ci95_pct"])

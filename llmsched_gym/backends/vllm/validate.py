@@ -432,6 +432,15 @@ def _report(result: ValidationResult) -> str:
             f"{info.get('load_average_before')} before, {info.get('load_average_after')} after, "
             f"on {os.cpu_count()} CPUs)."
         )
+        if len(info["runs"]) > 1:
+            setup += (
+                f" Against the live engine's mean over the {len(info['runs'])} runs "
+                f"({info['live_e2e_mean_of_runs']:.4g} s, 95% interval "
+                f"±{info['live_mean_ci95_pct']:.1f}%), the simulator's mean e2e "
+                f"({info['sim_e2e_mean']:.4g} s) is off by "
+                f"**{info['pooled_e2e_error_pct']:+.1f}%**: the estimate of the simulator's "
+                "error (a single run's error adds that run's draw from the machine's spread)."
+            )
         if info.get("interleaved"):
             setup += (
                 " The profile was calibrated on the same engine in parts interleaved with the "
@@ -474,6 +483,38 @@ def _loadavg() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)  # fmt: skip
+"""Student's t 97.5% quantiles for 1..20 degrees of freedom (two-sided 95% intervals)."""
+
+
+def pooled_error(sim_means: Sequence[float], live_means: Sequence[float]) -> dict[str, Any]:
+    """The simulator's mean e2e against the live engine's mean over repeated runs.
+
+    One live run is one draw from the machine's run-to-run spread (on a shared machine, identical
+    runs differ by 5-15%); the simulator is deterministic. So the estimate of "sim vs live engine"
+    is the error against the mean over runs, with a 95% confidence interval (Student's t) of that
+    mean from the runs' spread; a single run's error mixes the simulator's error with that run's
+    draw. Returns ``pooled_e2e_error_pct`` (signed, (sim - live) / live) and
+    ``live_mean_ci95_pct`` (half-width, relative to the mean; NaN for one run).
+    """
+    live = np.asarray(live_means, dtype=np.float64)
+    sim = float(np.mean(sim_means))
+    mean = float(live.mean())
+    n = live.size
+    if n > 1:
+        t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+        half = t * float(live.std(ddof=1)) / math.sqrt(n) / mean * 100.0
+    else:
+        half = math.nan
+    return {
+        "pooled_e2e_error_pct": (sim - mean) / mean * 100.0,
+        "live_mean_ci95_pct": half,
+        "sim_e2e_mean": sim,
+        "live_e2e_mean_of_runs": mean,
+    }
 
 
 def run_validation(
@@ -593,6 +634,8 @@ def run_validation(
             ]
         errs = [r.mean_e2e_error_pct for r in results]
         live_means = [float(r.table.set_index("metric").loc["e2e_s", "live_mean"]) for r in results]
+        sim_means = [float(r.table.set_index("metric").loc["e2e_s", "sim_mean"]) for r in results]
+        pooled = pooled_error(sim_means, live_means)
         chosen = results[int(np.argsort(errs)[len(errs) // 2])]
         chosen.info.update(
             trace=str(trace),
@@ -604,6 +647,7 @@ def run_validation(
             runs=[round(e, 3) for e in errs],
             live_e2e_means=[round(x, 5) for x in live_means],
             live_spread_pct=(max(live_means) / min(live_means) - 1.0) * 100.0,
+            **pooled,
             load_average_before=load_before,
             load_average_after=_loadavg(),
             calibrated_here=cal is not None,
