@@ -96,7 +96,7 @@ def add_calibrate_vllm_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=3,
         metavar="N",
-        help="runs of the probe design; each composition's median time is one fitting row",
+        help="runs of the probe design; each composition's mean time is one fitting row",
     )
     g.add_argument(
         "--vllm-grid-scale",
@@ -200,7 +200,14 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="policy on both backends (default vLLM's own); any other runs inside vLLM through "
         "the project's step context (e.g. sarathi, proserve, infermax:evict-short)",
     )
-    p.add_argument("--runs", type=int, default=1, metavar="N", help="live runs (median shown)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="live runs: the median run's tables are shown, and the simulator's error against "
+        "the mean over the runs (with its 95%% interval) is printed",
+    )
     p.add_argument(
         "--out", default=None, metavar="DIR", help="default: calibration/reports/vllm-<trace>"
     )

@@ -246,3 +246,30 @@ def test_pooled_error_compares_the_simulator_with_the_mean_of_the_live_runs():
     one = pooled_error([3.9], [4.0])
     assert one["pooled_e2e_error_pct"] == pytest.approx(-2.5)
     assert np.isnan(one["live_mean_ci95_pct"])
+
+
+def test_decode_probes_decode_the_whole_batch_together():
+    # The simulator is vLLM's scheduler step for step: run each decode probe through it with the
+    # live engine's limits and check that all B requests decode together for the designed steps
+    # (a probe whose first decoders finish before the last prompt is prefilled never does).
+    from llmsched_gym.config import EngineConfig
+    from llmsched_gym.simulation import simulate
+
+    budget, seqs, mlen, bs, blocks = 512, 32, 1024, 32, 513
+    design = probes(budget, seqs, mlen, bs, 32000, kv_tokens=blocks * bs)
+    decode = {p.key: p for p in design if p.kind == "decode"}
+    assert "decode:b32:L416" in decode  # the longest context 32 decoders fit in the cache
+    config = EngineConfig(
+        max_num_batched_tokens=budget, max_num_seqs=seqs, block_size=bs, num_gpu_blocks=blocks
+    )
+    for key in ("decode:b32:L416", "decode:b32:L256", "decode:b24:L448", "decode:b2:L992"):
+        (phase,) = decode[key].build(0)
+        specs = [
+            RequestSpec(f"r{i}", 0.0, len(ids), t, t, prompt_token_ids=tuple(ids))
+            for i, (ids, t) in enumerate(phase)
+        ]
+        res = simulate(specs, config, fast_forward=False, record_steps=True)
+        steps = res.steps
+        whole = steps[(steps["num_prefill"] == 0) & (steps["num_decode"] == len(phase))]
+        assert len(whole) >= 10, key
+        assert res.summary["num_preemptions"] == 0, key

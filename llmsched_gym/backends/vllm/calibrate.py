@@ -7,7 +7,8 @@ submitted at chosen steps so that the engine's own scheduler builds the wanted c
   puts the ``m``-token prefix in the cache), for a grid of ``c`` and ``m``;
 * ``multi``: two to four prompts in one step;
 * ``decode``: ``B`` requests of context ``L`` admitted together, then their decode steps, for a
-  grid of batch sizes and context lengths;
+  grid of batch sizes and context lengths (plus, per batch size, the longest context the cache
+  holds); each decoder outlives the batch's chunked prefill, so all ``B`` decode together;
 * ``mixed``: ``B`` decoding requests, then a new prompt of ``c`` tokens joining them (chunked by
   the token budget when it does not fit), as vLLM's chunked prefill mixes them.
 
@@ -143,16 +144,29 @@ def probes(
     contexts = thin(
         sorted({max(16, mlen * a // b) for a, b in fractions if mlen * a // b + 16 < mlen})
     )
+    decode_steps = 10 if scale >= 1.0 else 4
     for b in batch_sizes:
-        for L in contexts:
-            key = f"decode:b{b}:L{L}"
-            decode_steps = 10 if scale >= 1.0 else 4
-            if b * (L + decode_steps + 1) > capacity:
-                continue
+        # Every decoder outlives the chunked prefill of all b prompts (ceil(b L / budget) steps),
+        # then the b decode together for ``decode_steps`` steps: without the margin, the first
+        # prompts finish before the last are prefilled and a large batch never decodes whole.
+        # The largest context that fits in the cache is in the design too: a loaded engine
+        # spends its time in full-batch decode steps over a nearly full cache.
+        def keep_for(L: int, b: int = b) -> int:
+            return math.ceil(b * L / budget) + decode_steps + 1
 
-            def build(r: int, b=b, L=L, key=key, d=decode_steps):
+        def fits(L: int, b: int = b) -> bool:
+            return b * (L + keep_for(L)) <= capacity and L + keep_for(L) < mlen
+
+        full = max((L for L in range(bs, mlen, bs) if fits(L)), default=0)
+        for L in sorted({*contexts, full} - {0}):
+            if not fits(L):
+                continue
+            keep = keep_for(L)
+            key = f"decode:b{b}:L{L}"
+
+            def build(r: int, b=b, L=L, key=key, keep=keep):
                 rng = rng_for(key, r)
-                return [[(_ids(rng, L, vocab_size), d + 1) for _ in range(b)]]
+                return [[(_ids(rng, L, vocab_size), keep) for _ in range(b)]]
 
             out.append(Probe(key, "decode", build))
     for b in thin([2, max(2, seqs // 4), max(2, seqs - 1)]):
