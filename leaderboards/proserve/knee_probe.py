@@ -2,8 +2,9 @@
 
 Records, per engine step: real step time (the engine's cost model on the step's features), the
 estimator's prediction (ProServe), t_budget, decodes / prefills / tokens, preemptions, KV usage,
-queue lengths and why ProServe's fill loop stopped. Prints a summary per method and TTFT / TPOT
-misses by priority.
+queue lengths, the URGENT share of the queue and why ProServe's fill loop stopped. Prints a
+summary per method (any label of ``reproduce.METHODS`` or ``reproduce.ABLATIONS``), where the
+TDG is lost (first vs decode tokens, catch-up of late starters) and TTFT / TPOT misses by priority.
 
     nice -n 19 .venv/bin/python leaderboards/proserve/knee_probe.py --rate 2.5
 """
@@ -90,6 +91,8 @@ class Probe(SchedulingPolicy):
                 "real": real,
                 "est": pol._last[1] if isinstance(pol, SlideBatchingPolicy) else np.nan,
                 "budget": getattr(pol, "_probe_budget", np.nan),
+                "urgent": getattr(pol, "_probe_urgent", np.nan),
+                "sched_normal": getattr(pol, "_probe_sched_normal", np.nan),
                 "stop": getattr(pol, "_probe_stop", ""),
                 "n_dec": ctx._num_decode,
                 "n_pre": ctx._num_prefill,
@@ -124,9 +127,12 @@ class ProbedSlide(SlideBatchingPolicy):
         now = ctx.now
         queue = list(ctx.running) + list(ctx.waiting)
         self._probe_stop, self._probe_budget = "empty", np.nan
+        self._probe_urgent = self._probe_sched_normal = np.nan
         if not queue:
             return
         order, t_budget, info = self.order(queue, now)
+        part = self.last_partition
+        self._probe_urgent = sum(v == "URGENT" for v in part.values()) / len(queue)
         if not self.latency_aware:
             t_budget = _INF
         self._probe_budget = t_budget
@@ -187,12 +193,16 @@ class ProbedSlide(SlideBatchingPolicy):
             t_batch += cost
         self._last = (now, t_batch)
         self._probe_stop = end + "".join(f"|{k}" for k in sorted(stop))
+        sched = list(ctx.scheduled)
+        self._probe_sched_normal = (
+            sum(part.get(r.request_id) == "NORMAL" for r in sched) / len(sched) if sched else np.nan
+        )
 
 
 def run(cname: str, label: str, rate: float, n: int):
     """One point as ``reproduce.run_single`` runs it, probed: (rows, table, summary, config)."""
     env, over = R.CONFIGS[cname][:2]
-    policy, kw, eng_over, tbt = R.METHODS[label]
+    policy, kw, eng_over, tbt = {**R.METHODS, **R.ABLATIONS, **R.MEMORY}[label]
     ov = {**over, **eng_over, "workload.rate_per_s": rate, "workload.num_requests": n}
     sc = load_scenario(R.ENVS / f"{env}.yaml", ov)
     model = load_cost_model(sc.cost_model)
@@ -201,8 +211,10 @@ def run(cname: str, label: str, rate: float, n: int):
     if tbt:
         sc = load_scenario(R.ENVS / f"{env}.yaml", R.tbt_overrides(sc, model, specs, ov))
     col = TDGCollector()
-    if policy == "proserve":
+    if policy == "proserve" and kw.get("memory", "vllm") == "vllm":
         inner = ProbedSlide(**{**kw, "wp": wp, "wd": wd})
+    elif policy == "proserve":  # ProbedSlide copies the default fill loop only
+        inner = make_policy(policy, **{**kw, "wp": wp, "wd": wd})
     else:
         inner = make_policy(policy, **kw)
     probe = Probe(TokenTimelineRecorder(inner, col), model)
@@ -210,7 +222,35 @@ def run(cname: str, label: str, rate: float, n: int):
     tab = res.request_table
     g = col.gains(list(tab["request_id"]), list(tab["weight"]), wp, wd)
     s = tdg_summary(tab, g, wp, wd)
+    s["split"] = gain_split(col, tab, wp, wd)
     return probe.rows, tab, s, sc.engine_config(model)
+
+
+def gain_split(col: TDGCollector, tab, wp: float, wd: float) -> dict:
+    """Where the TDG is lost: first vs decode tokens, and the decode tokens of late starters.
+
+    Shares are of Ideal_Gain (every token on time, Eq. 3). ``late_decode_on_time``: of the
+    requests whose first token missed its deadline, the share of their decode tokens that still
+    met the buffered deadline ``arrival + TTFT + (i - 1) TPOT`` (the catch-up the smoothing
+    buffer allows).
+    """
+    rid = list(tab["request_id"])
+    w = np.asarray(tab["weight"], float)
+    n = np.asarray(tab["num_output_tokens"], float)
+    first = np.array([col.first_on_time.get(r, False) for r in rid], float)
+    dec = np.array([col.decode_on_time.get(r, 0) for r in rid], float)
+    ideal = (w * (wp + wd * (n - 1))).sum()
+    late = first == 0
+    nd = np.maximum(n - 1, 0)
+    tpot = np.asarray(tab["tpot_s"], float) / np.asarray(tab["slo_tpot_s"], float)
+    return {
+        "first_share": float((w * wp).sum() / ideal),
+        "first_lost": float((w * wp * (1 - first)).sum() / ideal),
+        "decode_lost": float((w * wd * (nd - dec)).sum() / ideal),
+        "late_frac": float(late.mean()),
+        "late_decode_on_time": float(dec[late].sum() / max(nd[late].sum(), 1)),
+        "tpot_over_slo_p50": float(np.nanmedian(tpot)),
+    }
 
 
 def report(label: str, rows: list[dict], tab, s: dict, cfg) -> None:
@@ -240,7 +280,7 @@ def report(label: str, rows: list[dict], tab, s: dict, cfg) -> None:
         f"  waiting {a['waiting'].mean():.1f}, running {a['running_after'].mean():.1f}, "
         f"unscheduled decodes/step {a['unsched_decodes'].mean():.2f}",
     ]
-    if not np.isnan(a["est"]).all():
+    if not np.isnan(a["budget"]).all():
         q = real / a["est"][busy]
         b = a["budget"] * 1e3
         c = Counter(r["stop"] for r in rows if r["tok"] > 0)
@@ -250,7 +290,19 @@ def report(label: str, rows: list[dict], tab, s: dict, cfg) -> None:
             f"  t_budget ms p10 {np.nanpercentile(b, 10):.0f} p50 {np.nanmedian(b):.0f} "
             f"p90 {np.nanpercentile(b, 90):.0f}",
             "  loop end | skips: " + ", ".join(f"{k} {v}" for k, v in c.most_common(12)),
+            f"  URGENT share of the queue per busy step: mean {np.nanmean(a['urgent'][busy]):.3f}, "
+            f"steps all URGENT {np.mean(a['urgent'][busy] >= 1.0):.3f}, steps all NORMAL "
+            f"{np.mean(a['urgent'][busy] <= 0.0):.3f}; NORMAL share of scheduled requests "
+            f"{np.nanmean(a['sched_normal'][busy]):.3f}",
         ]
+    sp = s["split"]
+    out.append(
+        f"  gain: first tokens are {sp['first_share']:.3f} of Ideal; lost on first tokens "
+        f"{sp['first_lost']:.3f}, on decode tokens {sp['decode_lost']:.3f}; "
+        f"{sp['late_frac']:.3f} of requests start late and still get "
+        f"{sp['late_decode_on_time']:.3f} of their decode tokens on time; "
+        f"TPOT / TPOT-SLO p50 {sp['tpot_over_slo_p50']:.2f}"
+    )
     met1 = tab["ttft_s"] < tab["slo_ttft_s"]
     met2 = (tab["num_output_tokens"] <= 1) | (tab["tpot_s"] < tab["slo_tpot_s"])
     for p in sorted(set(tab["priority"].tolist())):
@@ -271,7 +323,12 @@ def main() -> None:
     ap.add_argument("--config", default="Azure/Qwen3-32B")
     ap.add_argument("--rate", type=float, default=2.5)
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--methods", nargs="*", default=["ProServe", "Sarathi-Priority"])
+    ap.add_argument(
+        "--methods",
+        nargs="*",
+        default=["ProServe", "Sarathi-Priority"],
+        help="labels from reproduce.METHODS, reproduce.ABLATIONS or reproduce.MEMORY",
+    )
     a = ap.parse_args()
     R._setup()
     for label in a.methods:

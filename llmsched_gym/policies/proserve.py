@@ -21,13 +21,25 @@
   (ShareGPT/Qwen2-7B, 1,000 requests, 11 req/s: 0.453 with the rule vs 0.830 without; high/low
   0.438/0.478 vs 0.857/0.784). The default follows Alg. 1 (``starve_prevent=False``), which is
   also what reproduces Fig. 13; ``starve_prevent=True`` (``proserve-starve``) is the code's rule.
-  Memory handling is vLLM-style: a waiting request is admitted only if its whole prompt fits,
-  none at KV usage >= ``kv_threshold`` (xLLM's waiting-queue paths), and only running requests
-  preempt. xLLM @87e8d6e's co-located ``MixScheduler`` has none of the three: it allocates per
-  chunk and lets any item preempt from the tail. That literal form thrashes on Qwen3-32B's 1,640
-  blocks (leaderboards/proserve/README.md, misses).
-  Ablations: ``mode="only-deadline"`` (all NORMAL),
-  ``"only-density"`` (all URGENT), ``latency_aware=False`` (no latency budget; token budget only).
+  Memory handling (``memory="vllm"``, the default and every committed result): a waiting request
+  is admitted only if its whole prompt fits, none at KV usage >= ``kv_threshold`` (xLLM's
+  ``prefill_scheduling_memory_usage_threshold``, NOTES §2.2), and only running requests preempt.
+  ``memory="xllm-mix"`` is xLLM @87e8d6e's co-located ``MixScheduler`` taken literally: no
+  threshold, a new prefill allocates only its chunk, any item whose allocation fails (a new
+  prefill included) preempts KV holders from the tail of the order, and the first failure with
+  no victim ends the batch. That form thrashes on Qwen3-32B's 1,640 blocks; the choice is
+  recorded in leaderboards/proserve/README.md ("Memory handling: decision").
+  Ablations (§5.4, Fig. 15: "the Adaptive Urgency Partition module is removed, retaining only
+  the deadline-prioritized strategy or the density-prioritized strategy"); the latency budget
+  (Alg. 1 lines 1-7) stays. In xLLM's ``MixScheduler`` these are its ``--priority_strategy``
+  comparators (``create_comparator``), which replace the urgency comparator over the whole queue
+  while t_budget is still computed. ``mode="only-deadline"``: ``DeadlineComparator``, EDF over
+  every request (all NORMAL). ``"only-density"``: ``DensityComparator``, every request by density
+  alone, decodes and prefills mixed, as Alg. 1 line 13 orders URGENT.
+  ``"only-density-decode-first"`` (the earlier form of this ablation): all URGENT under the URGENT
+  ordering of xLLM @87e8d6e, decodes first; xLLM's ``decode_density`` strategy.
+  ``latency_aware=False``: no latency budget, token budget only (``enable_latency_aware_schedule``
+  off).
 * Baselines: :class:`SarathiPriorityPolicy`, :class:`FairBatchingPolicy`,
   :class:`WeightedVTCPolicy`.
 """
@@ -152,14 +164,18 @@ class SlideBatchingPolicy(SchedulingPolicy):
         wd: float = 1.0,
         min_chunk: int = 50,
         kv_threshold: float = 0.95,
+        memory: str = "vllm",
         default_ttft_s: float = 1.0,
         default_tpot_s: float = 0.05,
         estimator: LatencyEstimator | None = None,
     ) -> None:
+        if memory not in ("vllm", "xllm-mix"):
+            raise ValueError(f"bad memory {memory!r}")
         if deadline not in ("code", "paper") or mode not in (
             "adaptive",
             "only-deadline",
             "only-density",
+            "only-density-decode-first",
         ):
             raise ValueError(f"bad deadline {deadline!r} or mode {mode!r}")
         self.gamma, self.eta_factor, self.starve = gamma, eta_factor, starve_threshold
@@ -168,6 +184,7 @@ class SlideBatchingPolicy(SchedulingPolicy):
         self.theta, self.window = theta, window
         self.wp, self.wd = wp, wd
         self.min_chunk, self.kv_threshold = min_chunk, kv_threshold
+        self.memory = memory
         self.default_ttft, self.default_tpot = default_ttft_s, default_tpot_s
         self.est = estimator
         self._last: tuple[float, float] | None = None
@@ -232,6 +249,10 @@ class SlideBatchingPolicy(SchedulingPolicy):
             tpot_min = min(tpot_min, _slo(r.spec.slo_tpot_s, self.default_tpot))
         eta = self.eta_factor * tpot_min if tpot_min < _INF else 0.0
         t_budget = max(t_min, eta) if t_min < _INF else eta
+        if self.mode == "only-density":
+            # xLLM's DensityComparator over the whole queue: no partition, no stage grouping.
+            self.last_partition = {r.request_id: "URGENT" for r in queue}
+            return sorted(queue, key=lambda r: (-info[r][2], r.arrival_time)), t_budget, info
         phi = total * t_budget / (t_budget - tc) if t_budget > tc else _INF
         urgent_d, urgent_p_starved, urgent_p, normal = [], [], [], []
         part: dict[str, str] = {}
@@ -239,7 +260,7 @@ class SlideBatchingPolicy(SchedulingPolicy):
             ex, rem, dens, decode = info[r]
             if self.mode == "only-deadline":
                 urgent = False
-            elif self.mode == "only-density":
+            elif self.mode == "only-density-decode-first":
                 urgent = True
             else:
                 urgent = rem < self.gamma * phi
@@ -282,18 +303,21 @@ class SlideBatchingPolicy(SchedulingPolicy):
         usable = ctx.num_gpu_blocks - 1
         pos = {r: i for i, r in enumerate(order)}
         admit_ok = True
+        xmix = self.memory == "xllm-mix"
         for r in order:
             if t_batch >= t_budget or ctx.token_budget <= 0:
                 break
             if r.status is not RequestStatus.RUNNING and r not in ctx.waiting:
                 continue  # preempted earlier in this step
+            if xmix and r in ctx.preempted:
+                continue
             if r.status is RequestStatus.RUNNING:
                 left = r.num_tokens - r.num_computed_tokens
                 m = r.num_computed_tokens
             else:
                 if not admit_ok or len(running) >= ctx.max_num_seqs:
                     continue
-                if 1.0 - ctx.num_free_blocks / usable >= self.kv_threshold:
+                if not xmix and 1.0 - ctx.num_free_blocks / usable >= self.kv_threshold:
                     admit_ok = False
                     continue
                 hit = ctx.lookup(r)
@@ -314,13 +338,32 @@ class SlideBatchingPolicy(SchedulingPolicy):
                 cost = est.prefill(n, m)
             if r.status is RequestStatus.RUNNING:
                 if not self._run_or_preempt(ctx, r, n, order, pos):
+                    if xmix:
+                        break  # MixScheduler: a failure with no victim ends the batch
                     continue
+            elif xmix:
+                if not self._admit_or_preempt(ctx, r, n, pos):
+                    break
             else:
                 if ctx.admit(r, n, hit=hit) is None:
                     admit_ok = False
                     continue
             t_batch += cost
         self._last = (now, t_batch)
+
+    def _admit_or_preempt(self, ctx: StepContext, r: Request, n: int, pos: dict) -> bool:
+        """``memory="xllm-mix"``: allocate the chunk only; on failure preempt from the tail."""
+        hit = ctx.lookup(r)
+        while (
+            ctx.admit(r, min(n, r.num_tokens - hit[1]), full_sequence_must_fit=False, hit=hit)
+            is None
+        ):
+            victims = [v for v in ctx.running if v not in ctx.scheduled and pos.get(v, -1) > pos[r]]
+            if not victims:
+                return False
+            ctx.preempt(max(victims, key=lambda v: pos.get(v, -1)))
+            hit = ctx.lookup(r)  # a victim's freed blocks may be cached prefix blocks
+        return True
 
     def _run_or_preempt(
         self, ctx: StepContext, r: Request, n: int, order: list[Request], pos: dict
@@ -559,7 +602,18 @@ def register(register_policy: Callable[..., None]) -> None:
             "SlideBatching with xLLM's starved-prefill-first rule (not in Alg. 1)",
         ),
         "proserve-only-deadline": ({"mode": "only-deadline"}, "ablation: all NORMAL (EDF)"),
-        "proserve-only-density": ({"mode": "only-density"}, "ablation: all URGENT (density)"),
+        "proserve-only-density": (
+            {"mode": "only-density"},
+            "ablation: the whole queue by density (xLLM's density strategy)",
+        ),
+        "proserve-only-density-decode-first": (
+            {"mode": "only-density-decode-first"},
+            "ablation variant: all URGENT, decodes first, each group by density",
+        ),
+        "proserve-xllm-mix-memory": (
+            {"memory": "xllm-mix"},
+            "SlideBatching with xLLM MixScheduler's memory handling taken literally",
+        ),
         "proserve-no-latency": (
             {"latency_aware": False},
             "ablation: no latency budget (token budget only)",

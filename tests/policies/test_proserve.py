@@ -89,6 +89,44 @@ def test_only_modes():
     assert set(p.last_partition.values()) == {"URGENT"}
 
 
+def _decode(rid, weight=1.0, due=0.5):
+    """A running request whose next token is due ``due`` s after t=0 (code deadline)."""
+    return _req(
+        rid,
+        prompt=100,
+        weight=weight,
+        ttft=0.05,
+        tpot=due,
+        status=RequestStatus.RUNNING,
+        num_computed_tokens=100,
+        num_tokens=101,
+        num_output_tokens=1,
+        first_token_time=0.0,
+    )
+
+
+def test_only_density_is_pure_density_across_stages():
+    # Fig. 15's "w/ only density" keeps only the density-first strategy (§5.4; xLLM's `density`
+    # DensityComparator): one density order over decodes and prefills together. With COEF a decode
+    # costs 1 ms; a 20-token weight-2 prefill costs ~0.2 ms, so its density is ~10x the decode's.
+    dec = _decode("dec", weight=1.0, due=0.5)
+    short = _req("short", prompt=20, weight=2.0, ttft=5.0)  # dense, far deadline
+    long_ = _req("long", prompt=4000, weight=1.0, ttft=0.02)  # sparse, earliest deadline
+    ids = lambda order: [r.request_id for r in order]  # noqa: E731
+    p = SlideBatchingPolicy(estimator=LatencyEstimator(COEF), mode="only-density")
+    order, budget, info = p.order([long_, dec, short], 0.0)
+    assert ids(order) == ["short", "dec", "long"]
+    assert info[short][2] > info[dec][2] > info[long_][2]
+    # The latency budget is not ablated: same t_budget as the full policy on the same queue.
+    assert budget == _policy().order([long_, dec, short], 0.0)[1]
+    # The earlier form (all URGENT under xLLM @87e8d6e's URGENT comparator) puts decodes first.
+    p = SlideBatchingPolicy(estimator=LatencyEstimator(COEF), mode="only-density-decode-first")
+    assert ids(p.order([long_, dec, short], 0.0)[0]) == ["dec", "short", "long"]
+    # "w/ only deadline" is EDF over everything: the 0.02 s prefill, the 0.5 s decode, then 5 s.
+    p = SlideBatchingPolicy(estimator=LatencyEstimator(COEF), mode="only-deadline")
+    assert ids(p.order([short, dec, long_], 0.0)[0]) == ["long", "dec", "short"]
+
+
 def test_getmaxchunk():
     est = LatencyEstimator(COEF)
     c = est.max_chunk(0, 0.0234, 10_000)
@@ -276,6 +314,14 @@ def test_paper_window_uses_the_worst_method_and_the_axis_floors():
     loose = R.paper_window(data, slack=0.1)[cname]
     assert loose["window"] == [7.0, 8.0, 9.0]
     assert loose["tdg_best"][2] == 7.0 and abs(loose["tdg_best"][0] - (0.99 / 0.8 - 1)) < 1e-12
+    # One tick below the lowest tick (TDG step 0.1, SLO step 0.2; strict): rate 7's SLO 0.55 and
+    # rate 9's TDG 0.65 are admitted; a TDG of exactly floor - step (0.6) is not.
+    assert R.PAPER_AXIS_STEP[cname] == (0.1, 0.2)
+    wide = R.paper_window(data, axis_step=True)[cname]
+    assert wide["window"] == [7.0, 8.0, 9.0] and wide["floors"] == (0.6, 0.4)
+    edge = rows(10.0, [0.6, 0.9, 0.9, 0.9, 0.9], [0.9] * 5, 0.99, 0.99)
+    edge += rows(11.0, [0.61, 0.9, 0.9, 0.9, 0.9], [0.41] * 5, 0.99, 0.99)
+    assert R.paper_window(edge, axis_step=True)[cname]["window"] == [11.0]
 
 
 def test_tbt_token_budget_does_not_buy_the_sarathi_baselines_more_kv():
@@ -306,3 +352,68 @@ def test_tbt_token_budget_does_not_buy_the_sarathi_baselines_more_kv():
     # that made Sarathi-Priority beat ProServe near the Qwen3-32B knee on the fine grid.
     loose = {**ov, "engine.max_num_batched_tokens": 1280}
     assert load_scenario(R.ENVS / f"{env}.yaml", loose).engine_config(model).num_gpu_blocks == 1994
+
+
+def test_xllm_mix_memory_lets_an_urgent_prefill_preempt_the_tail():
+    # 12 blocks of 16 tokens. "a" (loose SLOs, NORMAL) decodes and holds 7-13 blocks when "b"
+    # arrives with a tight TTFT (URGENT, first in the order). Default (vLLM-style gate): b's
+    # whole prompt does not fit and only running requests preempt, so b waits for a to finish.
+    # memory="xllm-mix" (MixScheduler): b allocates its chunk, fails, and preempts a (tail).
+    from llmsched_gym.config import EngineConfig
+    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.simulation import simulate
+
+    specs = [
+        RequestSpec("a", 0.0, 100, 90, 90, slo_ttft_s=10.0, slo_tpot_s=1.0),
+        RequestSpec("b", 0.2, 100, 5, 5, slo_ttft_s=0.05, slo_tpot_s=1.0, weight=2.0),
+    ]
+    cfg = EngineConfig(
+        max_num_batched_tokens=512, max_num_seqs=8, num_gpu_blocks=13, scheduling_policy="fcfs"
+    )
+    model = load_cost_model("roofline:qwen2-7b@h100-80gb")
+    out = {}
+    for memory in ("vllm", "xllm-mix"):
+        tab = simulate(specs, cfg, SlideBatchingPolicy(memory=memory), model).request_table
+        rid = list(tab["request_id"])
+        a, b = rid.index("a"), rid.index("b")
+        assert int(tab["num_output_tokens"][a]) == 90 and int(tab["num_output_tokens"][b]) == 5
+        out[memory] = (
+            int(tab["num_preemptions"][a]),
+            float(tab["first_token_time_s"][b]),
+            float(tab["finish_time_s"][a]),
+        )
+    pre, first_b, fin_a = out["vllm"]
+    assert pre == 0 and first_b > fin_a  # b waited for a
+    pre, first_b, fin_a = out["xllm-mix"]
+    assert pre >= 1 and first_b < fin_a  # b preempted a
+
+
+def test_knee_probe_gain_split_hand_computed():
+    # Two requests, wp = 3, wd = 1. "a" (weight 2, 5 tokens): first on time, 3 of 4 decodes on
+    # time. "b" (weight 1, 5 tokens): first late, 1 of 4 decodes on time (catch-up 1/4).
+    import importlib.util
+    from pathlib import Path
+
+    from llmsched_gym.metrics.tdg import TDGCollector
+
+    path = Path(__file__).resolve().parents[2] / "leaderboards" / "proserve" / "knee_probe.py"
+    spec = importlib.util.spec_from_file_location("proserve_knee_probe", path)
+    kp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kp)
+    col = TDGCollector()
+    col.first_on_time = {"a": True, "b": False}
+    col.decode_on_time = {"a": 3, "b": 1}
+    tab = {
+        "request_id": np.array(["a", "b"]),
+        "weight": np.array([2.0, 1.0]),
+        "num_output_tokens": np.array([5, 5]),
+        "tpot_s": np.array([0.02, 0.06]),
+        "slo_tpot_s": np.array([0.04, 0.04]),
+    }
+    sp = kp.gain_split(col, tab, wp=3.0, wd=1.0)
+    ideal = 2 * (3 + 4) + 1 * (3 + 4)  # 21
+    assert abs(sp["first_share"] - (2 * 3 + 3) / ideal) < 1e-12
+    assert abs(sp["first_lost"] - 3 / ideal) < 1e-12  # b's first token
+    assert abs(sp["decode_lost"] - (2 * 1 + 1 * 3) / ideal) < 1e-12
+    assert sp["late_frac"] == 0.5 and sp["late_decode_on_time"] == 0.25
+    assert abs(sp["tpot_over_slo_p50"] - 1.0) < 1e-12  # median of 0.5 and 1.5
