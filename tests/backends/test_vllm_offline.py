@@ -273,3 +273,10 @@ def test_decode_probes_decode_the_whole_batch_together():
         whole = steps[(steps["num_prefill"] == 0) & (steps["num_decode"] == len(phase))]
         assert len(whole) >= 10, key
         assert res.summary["num_preemptions"] == 0, key
+
+
+def test_tiny_model_kv_cache_bytes():
+    # K and V, 2 layers, 4 KV heads of 64 dims, fp32: 4,096 bytes per token.
+    spec = TinyModelSpec()
+    assert spec.kv_cache_bytes(513, 32, "float32") == 513 * 32 * 4096
+    assert spec.kv_cache_bytes(513, 32, "bfloat16") == 513 * 32 * 2048

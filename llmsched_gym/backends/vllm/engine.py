@@ -296,6 +296,13 @@ class LiveEngine:
             seed=c.seed,
             disable_log_stats=False,
         )
+        if c.model is None and "kv_cache_memory_bytes" not in c.extra_args:
+            # The cache's size is fixed by num_gpu_blocks; without an explicit size, vLLM's CPU
+            # worker first insists that gpu_memory_utilization (92%) of the machine's memory be
+            # free at start-up, and refuses to start next to any other sizeable process.
+            kwargs["kv_cache_memory_bytes"] = c.tiny.kv_cache_bytes(
+                e.num_gpu_blocks, e.block_size, c.resolved_dtype
+            )
         if c.device is not None:
             import dataclasses
 

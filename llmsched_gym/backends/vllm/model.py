@@ -42,6 +42,13 @@ class TinyModelSpec:
                 f"of num_key_value_heads={self.num_key_value_heads}"
             )
 
+    def kv_cache_bytes(self, num_blocks: int, block_size: int, dtype: str) -> int:
+        """Bytes of a KV cache of ``num_blocks`` blocks (K and V of every layer)."""
+        itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 4)
+        head_dim = self.hidden_size // self.num_attention_heads
+        per_token = 2 * self.num_hidden_layers * self.num_key_value_heads * head_dim * itemsize
+        return num_blocks * block_size * per_token
+
     def config_json(self, max_model_len: int, dtype: str) -> dict[str, object]:
         """The Hugging Face ``config.json`` of this model."""
         return {
