@@ -77,6 +77,7 @@ __all__ = [
     "InferMaxConfig",
     "InferMaxPolicy",
     "OutputLengthHistogram",
+    "code_tpot",
     "make_infermax_policy",
 ]
 
@@ -262,6 +263,8 @@ class InferMaxPolicy(SchedulingPolicy):
         self.histogram = OutputLengthHistogram()
         self._prefill_target: dict[Request, int] = {}
         self.num_evictions = 0
+        self.evicted_output: dict[str, int] = {}
+        """Request id -> output tokens generated when it was last evicted (see ``code_tpot``)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     def reset(self, engine: Engine) -> None:
@@ -269,6 +272,7 @@ class InferMaxPolicy(SchedulingPolicy):
         self.histogram = OutputLengthHistogram()
         self._prefill_target = {}
         self.num_evictions = 0
+        self.evicted_output = {}
 
     def on_finish(self, req: Request, now: float) -> None:
         """Record ``(I, I + O)`` of a completed request in the histogram (§6)."""
@@ -322,6 +326,7 @@ class InferMaxPolicy(SchedulingPolicy):
 
     def _evict(self, ctx: StepContext, victim: Request) -> None:
         self._prefill_target.pop(victim, None)
+        self.evicted_output[victim.request_id] = victim.num_output_tokens
         ctx.preempt(victim)
         self.num_evictions += 1
 
@@ -522,6 +527,37 @@ class InferMaxPolicy(SchedulingPolicy):
             else:
                 batch.tokens += c
                 batch.has_prefill = True
+
+
+def code_tpot(first_token, finish, num_output, evicted_output) -> float:
+    """Mean TPOT as the authors' extraction script computes it (token-weighted, restart-scaled).
+
+    ``ValerioL29/infermax@f18ad5a``: ``vidur/extract_row_splitwise.py`` (``compute_metrics``) sums
+    ``decode_time_execution_plus_preemption_normalized x request_num_decode_tokens`` over requests
+    and divides by ``sum(request_num_decode_tokens) - #requests``. The normalised decode time is
+    ``(completed_at - prefill_completed_at) / request.num_decode_tokens`` taken at completion
+    (``vidur/metrics/metrics_store.py``, ``_on_request_end``), and ``Request.restart``
+    (``vidur/entities/request.py``) rewrites ``num_decode_tokens`` to ``O - k`` when a request is
+    evicted after generating ``k`` tokens, while ``request_num_decode_tokens`` in the CSV is the
+    arrival-time ``O``. So a request last evicted at ``k`` counts its decode span ``O / (O - k)``
+    times: ``Σ_r (finish_r - first_r)·O_r / (O_r - k_r) / Σ_r (O_r - 1)``. With no evictions and
+    equal ``O`` this is the per-request mean of ``(finish - first) / (O - 1)`` (§4.1's TPOT).
+
+    Args:
+        first_token: First-token times, one per request.
+        finish: Finish times.
+        num_output: Output lengths ``O`` (requests with ``O <= 1`` add 0 to the numerator, as
+            in the script).
+        evicted_output: ``k`` per request: output tokens at its last eviction (0 if never).
+    """
+    num = 0.0
+    den = 0
+    for t0, t1, o, k in zip(first_token, finish, num_output, evicted_output, strict=True):
+        o, k = int(o), int(k)
+        den += o - 1
+        if o > 1:
+            num += (float(t1) - float(t0)) * o / (o - k)
+    return num / den if den > 0 else 0.0
 
 
 def make_infermax_policy(preset: str, **overrides) -> InferMaxPolicy:

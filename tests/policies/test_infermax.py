@@ -14,7 +14,12 @@ from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.base import ConstantCostModel
 from llmsched_gym.cost.infermax import InferMaxCostModel
 from llmsched_gym.cost.registry import load_cost_model
-from llmsched_gym.policies.infermax import PRESETS, OutputLengthHistogram, make_infermax_policy
+from llmsched_gym.policies.infermax import (
+    PRESETS,
+    OutputLengthHistogram,
+    code_tpot,
+    make_infermax_policy,
+)
 from llmsched_gym.policies.registry import make_policy
 from llmsched_gym.simulation import simulate
 from llmsched_gym.workloads.grids import infermax_mix, offline_batch
@@ -282,3 +287,58 @@ def test_rank_mix_runs():
     for s in ("rank-org", "rank-i", "rank-o"):
         res = simulate(infermax_mix("LILO+SISO", 128), cfg, f"infermax:{s}", "infermax:llama-2-7b")
         assert len(res.request_table["finish_time_s"]) == 128
+
+
+# -- metrics as the authors' scripts compute them ----------------------------------------------
+_TINY = dict(max_num_batched_tokens=64, max_num_seqs=1000, block_size=1, num_gpu_blocks=8,
+             enable_prefix_caching=False)  # fmt: skip
+
+
+def test_code_tpot_scales_evicted_requests_by_o_over_o_minus_k():
+    # The vLLM case of test_vllm_prefill_first_evicts_newest_and_refills (M = 7, 1 s steps):
+    # a: first token t=1, done t=2; b: first token t=1, evicted after k=1 token, refilled at
+    # B2, done t=3. The script's TPOT: [(2-1)*2/(2-0) + (3-1)*2/(2-1)] / (1 + 1) = 2.5; the
+    # per-request mean is (1 + 2) / 2 = 1.5.
+    pol = make_infermax_policy("vllm")
+    res = simulate([req("a", 3, 2), req("b", 3, 2)], _TINY, pol, "constant:1.0")
+    assert pol.evicted_output == {"b": 1}
+    t = res.request_table
+    ks = [pol.evicted_output.get(r, 0) for r in t["request_id"]]
+    first, fin, out = t["first_token_time_s"], t["finish_time_s"], t["num_output_tokens"]
+    assert code_tpot(first, fin, out, ks) == pytest.approx(2.5)
+    assert code_tpot(first, fin, out, [0, 0]) == pytest.approx(1.5)
+    # Token-weighted over requests (O = 1 requests add nothing to the numerator).
+    assert code_tpot([0.0, 0.0, 0.0], [3.0, 9.0, 0.0], [4, 4, 1], [0, 2, 0]) == pytest.approx(
+        (3.0 + 9.0 * 4 / 2) / 6
+    )
+    pol.reset(None)
+    assert pol.evicted_output == {}
+
+
+def _reproduce_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "leaderboards" / "infermax" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("infermax_reproduce", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("M,n_in", [(40, 1), (40, 4), (40, 16), (100, 16), (300, 2)])
+def test_tps_upper_bound_holds_for_every_scheduler(M, n_in):
+    # The any-schedule bound of the README's M = 1K analysis must sit above every schedule's
+    # TPS (evicting or not) under the InferMax 7B cost model.
+    r = _reproduce_module()
+    B, n_out = 48, 12
+    bound = r.tps_upper_bound(n_in, n_out, B, M, r.COST_7B)
+    cfg = r.engine_config(4096, M)
+    tps = {}
+    for s in ("vllm", "vllm-ef", "sarathi", "sarathi-pc", "evict-short", "rank-i"):
+        res = simulate(offline_batch(B, n_in, n_out), cfg, f"infermax:{s}", r.COST_7B)
+        tps[s] = r.metrics(res)["tps"]
+    assert max(tps.values()) < bound
+    # ... and is not vacuous: within 2x of the best schedule here.
+    assert bound < 2.0 * max(tps.values())
+    assert r.tps_upper_bound(n_in, n_out, B, M, "constant:1.0") is None
