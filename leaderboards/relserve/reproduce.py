@@ -1,8 +1,9 @@
 """Reproduce RelServe's (PVLDB) Fig. 9-11 and headline numbers in simulation.
 
 For every setting (model x dataset scenario) and load (relQueries/s) it runs vLLM (``vllm-0.6``:
-FCFS, prefill-first, vLLM 0.6.6's block-manager checks), Sarathi (``sarathi-0.6``: vLLM 0.6.6
-chunked prefill), vLLM-SP (``vllm-sp``) and RelServe (``relserve``), the same two baselines on the
+FCFS, prefill-first, vLLM 0.6.6's block-manager checks and prefix-hit counting), Sarathi
+(``sarathi-0.6``: vLLM 0.6.6 chunked prefill, 2048-token chunks), vLLM-SP (``vllm-sp``) and
+RelServe (``relserve``), the same two baselines on the
 engine's V1 KV checks for contrast (``vllm-v1gate``, ``sarathi-v1``), plus the ABA ablation
 RelServe-PP / RelServe-DP (Fig. 10), and records the mean relQuery latency and its
 waiting / core / tail breakdown (Eq. 2, Fig. 11). As the authors do (``slope_calc.py``), the
@@ -14,29 +15,41 @@ Usage::
     .venv/bin/python leaderboards/relserve/reproduce.py --quick
     .venv/bin/python leaderboards/relserve/reproduce.py --settings opt-amazon
     .venv/bin/python leaderboards/relserve/reproduce.py --settings all
+    .venv/bin/python leaderboards/relserve/reproduce.py --settings all --workload authors \
+        --no-ablation
+    .venv/bin/python leaderboards/relserve/reproduce.py --workload authors --rates 1.24 \
+        --tag table6 --no-ablation --settings opt-amazon,opt-rotten,opt-beer,opt-pdmx
 
-Writes ``results/<setting>.csv`` (one row per setting, rate, policy) and prints / writes the
-findings table ``results/findings[-quick].md`` computed from whatever CSVs are present.
+Writes ``results/<setting>[-authors][-TAG].csv`` (one row per setting, rate, policy) and prints /
+writes the findings table ``results/findings[-quick|-authors][-TAG].md`` from those CSVs.
+``--workload authors`` replays the authors' benchmark draws (:func:`authors_jobs`).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import random
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from llmsched_gym.core.job import Job
+from llmsched_gym.cost.registry import load_cost_model
 from llmsched_gym.policies.baselines import SarathiPolicy, VllmV0Policy
 from llmsched_gym.policies.relserve import (
     RelServePolicy,
     Sarathi06Policy,
+    Vllm06Policy,
     VllmSPPolicy,
     fit_latency_predictors,
 )
 from llmsched_gym.scenarios.spec import load_scenario
+from llmsched_gym.simulation import simulate
+from llmsched_gym.workloads.relquery import DATASETS, QUERY_TYPES, relquery_jobs
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -61,16 +74,31 @@ ENGINE_GATE = ["vllm-v1gate", "sarathi-v1"]
 """vLLM / Sarathi with the engine's (vLLM V1) KV checks instead of vLLM 0.6.6's, for contrast."""
 ABLATION = ["relserve-pp", "relserve-dp"]
 FIELDS = [
-    "setting", "scenario", "rate", "num_queries", "policy", "latency_s", "waiting_s", "core_s",
-    "tail_s", "core_share", "max_latency_s", "num_preemptions", "wall_s",
+    "setting", "scenario", "workload", "rate", "num_queries", "num_requests", "policy",
+    "latency_s", "waiting_s", "core_s", "tail_s", "core_share", "max_latency_s",
+    "num_preemptions", "e2e_s", "busy_s", "hit_ratio", "hit_ratio_rq", "wall_s",
 ]  # fmt: skip
+"""``e2e_s``: first arrival to last completion (Table 6's "E2E"); ``busy_s``: sum of step times;
+``hit_ratio``: cached / prompt tokens over the run; ``hit_ratio_rq``: the same per relQuery,
+averaged over relQueries (Fig. 4's view)."""
+
+SARATHI_BUDGET = 2048
+"""vLLM 0.6.6 with ``--enable-chunked-prefill`` and no ``--max-num-batched-tokens`` uses 2048
+(``vllm/config.py:1433-1445`` of ``CSLabor/vllm_relserve@f643fc5``); ``entrypoint.sh`` passes no
+budget, so Sarathi's chunk is 2048 for every model (vLLM's is ``max_model_len``)."""
+
+TABLE6_E2E = {0.5: 202.2, 0.6: 171.1, 0.7: 158.1, 0.8: 156.4, 0.9: 152.6, 1.0: 146.7}
+"""RelServe's end-to-end service duration (s) on OPT-13B / Beer, Table 6."""
+
+PAPER_HIT_RATIO = 0.38
+"""§3.1 / Fig. 4 (OPT-13B, Amazon, 1.0 rQ/s): average prefix-cache hit ratio of relQueries."""
 
 
 def _policy(name: str, pred):
     # Every baseline runs with vLLM 0.6.6's block-manager checks (watermark, no prefix-hit
     # credit, worst-case append), as the authors' engine; "-v1" variants use the engine's.
     if name == "vllm":
-        return VllmV0Policy(block_manager="v0.6")
+        return Vllm06Policy()
     if name == "vllm-v1gate":
         return VllmV0Policy()
     if name == "sarathi":
@@ -83,7 +111,54 @@ def _policy(name: str, pred):
     return RelServePolicy(pred, variant=variant)
 
 
-def run_setting(setting: str, rates: list[float], num_queries: int, ablation: bool) -> list[dict]:
+def authors_jobs(sc, rate: float) -> list[Job]:
+    """The authors' benchmark draws (``CSLabor/RelServe@162dd29``), on our synthetic tables.
+
+    ``rel_bench.py`` seeds ``random`` and ``np.random`` with its ``--seed`` (0; ``main``).
+    ``load_queries.relQuery_load`` then draws, in this order, each relQuery's table
+    (``np.random.choice``), size (``np.random.randint(1, 101)``) and type (``np.random.choice``
+    over binary, classify, regression, summarize, open) and shuffles the relQueries
+    (``random.shuffle``); rows are ``sample(n, random_state=0)``, the first n rows of one fixed
+    permutation (``row_sampling="code"``). ``get_relational_request`` draws one
+    ``np.random.gamma(1, 1/rate)`` gap before every relQuery after the first. So every method and
+    every run of the paper served the same relQueries, and the arrival times at rate r are one
+    fixed sequence divided by r. Prompts and true output lengths are the generator's
+    (``relquery_jobs``); the draws above are the authors'.
+    """
+    w = sc.workload
+    n = int(w["num_queries"])
+    rs = np.random.RandomState(sc.seed)
+    py = random.Random(sc.seed)
+    names = list(DATASETS) if w["dataset"] == "all" else [w["dataset"]]
+    tables = rs.choice(names, (n,))
+    sizes = rs.randint(1, 101, (n,))
+    types = rs.choice(list(QUERY_TYPES), (n,))
+    order = list(range(n))
+    py.shuffle(order)
+    gaps = rs.gamma(1.0, 1.0 / rate, n)
+    jobs: list[Job] = []
+    for q in order:
+        one = relquery_jobs(
+            str(tables[q]), 1, 1.0, seed=sc.seed, templates=(str(types[q]),),
+            min_rows=int(sizes[q]), max_rows=int(sizes[q]), max_model_len=w["max_model_len"],
+            row_sampling="code",
+        )  # fmt: skip
+        if not one:
+            continue  # every row too long: the client sends nothing and draws no gap
+        jid = f"rq{len(jobs)}"
+        stage = one[0].stages[0]
+        reqs = tuple(
+            dataclasses.replace(r, request_id=f"{jid}-{i}", job_id=jid)
+            for i, r in enumerate(stage.requests)
+        )
+        arrival = float(np.sum(gaps[: len(jobs)]))
+        jobs.append(Job(jid, arrival, (dataclasses.replace(stage, requests=reqs),), "relquery"))
+    return jobs
+
+
+def run_setting(
+    setting: str, rates: list[float], num_queries: int, ablation: bool, workload: str = "scenario"
+) -> list[dict]:
     """All policies at every rate of one setting; returns CSV rows."""
     scenario_name = SETTINGS[setting][0]
     rows = []
@@ -91,23 +166,38 @@ def run_setting(setting: str, rates: list[float], num_queries: int, ablation: bo
         sc = load_scenario(
             scenario_name, {"workload.rate_per_s": rate, "workload.num_queries": num_queries}
         )
+        model = load_cost_model(sc.cost_model)
+        cfg = sc.engine_config(model)
+        if workload == "authors":
+            jobs = authors_jobs(sc, rate)
+        else:
+            jobs = sc.build_workload(cost_model=model)
+        sarathi_cfg = dataclasses.replace(cfg, max_num_batched_tokens=SARATHI_BUDGET)
+
+        def run(policy, config=cfg, jobs=jobs, model=model):
+            return simulate(jobs, config, policy, model, record_steps=True)
+
         t0 = time.perf_counter()
-        sp = sc.simulate(VllmSPPolicy(), record_steps=True)
+        sp = run(VllmSPPolicy())
         pred = fit_latency_predictors(sp)
         results = {"vllm-sp": (sp, time.perf_counter() - t0)}
         for name in MAIN + ENGINE_GATE + (ABLATION if ablation else []):
             if name in results:
                 continue
             t0 = time.perf_counter()
-            results[name] = (sc.simulate(_policy(name, pred)), time.perf_counter() - t0)
+            conf = sarathi_cfg if name.startswith("sarathi") else cfg
+            results[name] = (run(_policy(name, pred), conf), time.perf_counter() - t0)
         for name, (res, wall) in results.items():
-            j = res.jobs
+            j, rq = res.jobs, res.requests
+            per_rq = rq.groupby("job_id")[["num_cached_tokens", "num_prompt_tokens"]].sum()
             rows.append(
                 {
                     "setting": setting,
                     "scenario": scenario_name,
+                    "workload": workload,
                     "rate": rate,
-                    "num_queries": num_queries,
+                    "num_queries": len(j),
+                    "num_requests": len(rq),
                     "policy": name,
                     "latency_s": float(j["latency_s"].mean()),
                     "waiting_s": float(j["waiting_time_s"].mean()),
@@ -115,7 +205,15 @@ def run_setting(setting: str, rates: list[float], num_queries: int, ablation: bo
                     "tail_s": float(j["tail_running_time_s"].mean()),
                     "core_share": _core_share(j),
                     "max_latency_s": float(j["latency_s"].max()),
-                    "num_preemptions": int(res.requests["num_preemptions"].sum()),
+                    "num_preemptions": int(rq["num_preemptions"].sum()),
+                    "e2e_s": float(j["finish_time_s"].max() - j["arrival_time_s"].min()),
+                    "busy_s": float(res.steps["duration_s"].sum()),
+                    "hit_ratio": float(
+                        rq["num_cached_tokens"].sum() / rq["num_prompt_tokens"].sum()
+                    ),
+                    "hit_ratio_rq": float(
+                        (per_rq["num_cached_tokens"] / per_rq["num_prompt_tokens"]).mean()
+                    ),
                     "wall_s": round(wall, 2),
                 }
             )
@@ -142,7 +240,10 @@ def _read(paths: list[Path]) -> list[dict]:
     for p in paths:
         with open(p) as f:
             for r in csv.DictReader(f):
-                for k in ("rate", "latency_s", "waiting_s", "core_s", "tail_s", "core_share"):
+                for k in (
+                    "rate", "latency_s", "waiting_s", "core_s", "tail_s", "core_share", "e2e_s",
+                    "busy_s", "hit_ratio", "hit_ratio_rq",
+                ):  # fmt: skip
                     r[k] = float(r.get(k) or "nan")
                 rows.append(r)
     return rows
@@ -216,9 +317,28 @@ def findings(rows: list[dict]) -> str:
     # Fig. 5's own setting (footnote 4): OPT-13B, Amazon, 1.0 rQ/s, per-relQuery normalised.
     fig5 = _at(rows, "opt-amazon", 1.0, "vllm", "core_share")
     fig5_s = "n/a" if fig5 is None else f"{100 * fig5:.0f}:{100 - 100 * fig5:.0f}"
+    fig4 = _at(rows, "opt-amazon", 1.0, "vllm", "hit_ratio_rq")
+    fig4_s = "n/a" if fig4 is None or fig4 != fig4 else f"{100 * fig4:.0f}%"
+    fig4_v = "n/a" if fig4_s == "n/a" else (
+        "reproduced" if abs(fig4 - PAPER_HIT_RATIO) <= 0.05 else "not reproduced"
+    )  # fmt: skip
+    t6 = [
+        (rate, _at(rows, "opt-beer", rate, "relserve", "e2e_s"), e2e)
+        for rate, e2e in TABLE6_E2E.items()
+    ]
+    t6 = [(rate, ours, e2e) for rate, ours, e2e in t6 if ours is not None and ours == ours]
+    t6_s = ", ".join(f"{rate:g}: {ours:.0f}/{e2e:.0f}" for rate, ours, e2e in t6) or "n/a"
+    t6_v = "n/a" if not t6 else (
+        "reproduced" if all(abs(o / e - 1) <= 0.1 for _, o, e in t6) else
+        f"{sum(abs(o / e - 1) <= 0.1 for _, o, e in t6)}/{len(t6)} loads within 10%"
+    )  # fmt: skip
     lines = [
         "| finding | paper | ours | verdict |",
         "|---|---|---|---|",
+        f"| Fig. 4: prefix-cache hit ratio per relQuery (vLLM, OPT/Amazon 1.0 rQ/s) | 38% | "
+        f"{fig4_s} | {fig4_v} |",
+        f"| Table 6: RelServe service duration E2E on OPT/Beer, ours/paper (s) per load | "
+        f"202-147 s | {t6_s} | {t6_v} |",
         f"| RelServe vs vLLM at the largest load | 2.3-3.1x | {_span(vs_vllm)} | "
         f"{verdict(vs_vllm, 2.3, 3.1)} |",
         f"| RelServe vs vLLM-SP at the largest load | 1.4-2.2x | {_span(vs_sp)} | "
@@ -282,6 +402,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-queries", type=int, default=100)
     ap.add_argument("--no-ablation", action="store_true")
     ap.add_argument("--report", action="store_true", help="only rebuild findings from the CSVs")
+    ap.add_argument(
+        "--workload", choices=("scenario", "authors"), default="scenario",
+        help="the scenario's relQueries, or the authors' draws (authors_jobs); "
+        "'authors' writes <setting>-authors.csv and findings-authors.md",
+    )  # fmt: skip
+    ap.add_argument("--rates", default=None, help="comma list overriding the setting's loads")
+    ap.add_argument("--tag", default=None, help="append -TAG to the CSV and findings names")
     args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.quick:
@@ -291,17 +418,22 @@ def main(argv: list[str] | None = None) -> int:
         names = list(SETTINGS) if args.settings == "all" else args.settings.split(",")
         plan = {n: SETTINGS[n][1] for n in names}
         nq, suffix = args.num_queries, ""
+    if args.rates:
+        plan = {n: [float(x) for x in args.rates.split(",")] for n in plan}
+    if args.workload == "authors":
+        suffix += "-authors"
+    if args.tag:
+        suffix += f"-{args.tag}"
     for setting, rates in plan.items():
         if args.report:
             break
-        rows = run_setting(setting, rates, nq, not args.no_ablation)
+        rows = run_setting(setting, rates, nq, not args.no_ablation, args.workload)
         with open(RESULTS / f"{setting}{suffix}.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS)
             w.writeheader()
             w.writerows(rows)
-    paths = sorted(RESULTS.glob(f"*{suffix}.csv")) if suffix else [
-        p for p in sorted(RESULTS.glob("*.csv")) if not p.stem.endswith("-quick")
-    ]  # fmt: skip
+    paths = [RESULTS / f"{s}{suffix}.csv" for s in SETTINGS]
+    paths = [p for p in paths if p.exists()]
     table = findings(_read(paths))
     (RESULTS / f"findings{suffix}.md").write_text(table)
     print(table)

@@ -10,7 +10,8 @@ prefill-only or a decode-only batch (no hybrid batches), recompute preemption.
 * ``relserve-dp`` (``priority_islt_pabs``): DPU, never prefill in the transitional state.
 * ``vllm-sp``: vLLM's priority policy with the static relQuery priority
   Σ (prompt tokens + ``max_tokens``) (lower first) and vLLM 0.6 priority preemption.
-* ``vllm-0.6``: ``vllm-v0`` with vLLM 0.6.6's block-manager checks (the paper's vLLM).
+* ``vllm-0.6``: ``vllm-v0`` with vLLM 0.6.6's block-manager checks and prefix-hit counting
+  (the paper's vLLM).
 * ``sarathi-0.6``: vLLM 0.6.6 with chunked prefill (the paper's Sarathi).
 
 Where the paper and the authors' code (``CSLabor/vllm_relserve@f643fc5``, see
@@ -39,6 +40,10 @@ KV checks                    ``block_manager="v0.6"``:       ``"v1"``: the engin
                              vLLM 0.6.6's (watermark 0.01,   admission gate
                              no hit credit, worst-case
                              append)
+prefix-hit counting          ``prefix_hits="v0.6"``: no      ``"v1"``: the engine's fresh
+                             hits on blocks of the same      lookup (vLLM V1)
+                             batch, count frozen at the
+                             first lookup (all policies)
 ===========================  ==============================  ==================================
 
 ``OL`` is always the user limit ``max_tokens - 1`` (the scheduler never sees true lengths).
@@ -76,6 +81,8 @@ __all__ = [
     "RelServeBatchTypeAgent",
     "RelServePolicy",
     "Sarathi06Policy",
+    "V06PrefixHits",
+    "Vllm06Policy",
     "VllmSPPolicy",
     "default_predictors",
     "delta_latency",
@@ -329,10 +336,131 @@ def _remaining(req: Request) -> int:
     return req.max_tokens - req.num_output_tokens
 
 
+PREFIX_HITS = ("v0.6", "v1")
+"""How prefix-cache hits are counted: ``v0.6`` as vLLM 0.6.6's V0 scheduler (the authors'
+engine), ``v1`` as the engine's lookup (vLLM V1)."""
+
+
+class V06PrefixHits:
+    """Prefix-cache hits as vLLM 0.6.6's V0 scheduler counts them (the authors' engine).
+
+    The engine's lookup is vLLM V1's: a block is a hit as soon as an earlier admission of the
+    same step filled it, and the count is fresh at every lookup. vLLM 0.6.6
+    (``CSLabor/vllm_relserve@f643fc5``, ``vllm/core/block/prefix_caching_block.py``) differs twice:
+
+    1. **No hits on blocks of the same batch.** A block first filled by this batch is only
+       "touched" when it is promoted ("this block cannot be marked as computed yet because other
+       sequences in the same batch cannot reuse this block", ``:456-464``); ``Scheduler.schedule``
+       marks touched blocks computed only after the whole batch is built (``scheduler.py:3276``,
+       ``mark_blocks_as_computed``, ``:529-533``), and ``find_cached_blocks_prefix`` counts computed
+       blocks only (``:650-656``). Rows of one relQuery sorted by prompt share their leading
+       cells, so most of that sharing falls inside one prefill batch and is recomputed.
+    2. **Frozen count.** ``ComputedBlocksTracker.get_num_cached_tokens`` computes a sequence's
+       cached tokens at its first lookup and returns that number unchanged while the sequence is
+       in prefill (``:979-1001``), until the sequence is freed (``remove_seq`` on preemption,
+       ``block_manager.py:265``). The count is what the token budget charges and what the model
+       runner skips (``get_common_computed_block_ids``, ``block_manager.py:308-330``). RelServe's
+       DPU looks up the first 10 waiting requests of each relQuery when it computes the
+       cache-miss ratio (``scheduler.py:2240-2255`` via ``get_num_cached_tokens``, ``:3565``),
+       i.e. when the relQuery arrives, so those requests keep the hits they had then.
+
+    ``lookup`` returns the engine's hit truncated to both rules (never more than the engine's
+    hit, so a block evicted since the first lookup is recomputed). vLLM 0.6.6 still shares the
+    physical blocks of rule 1; here the uncounted blocks are allocated anew, so KV use is
+    slightly above vLLM 0.6.6's.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, int], int] = {}
+
+    def reset(self) -> None:
+        """Forget every frozen count (a new run)."""
+        self._first = {}
+
+    def lookup(self, ctx: StepContext, req: Request) -> tuple[list[int], int]:
+        """(hit block ids, hit tokens) of ``req`` as vLLM 0.6.6 would count them now."""
+        blocks, tokens = ctx.lookup(req)
+        bs = ctx.block_size
+        if tokens != len(blocks) * bs:  # KV handed over from another instance: not a V0 notion
+            return blocks, tokens
+        k = len(blocks)
+        if k and (ctx.new or ctx.resumed):
+            fresh: set[int] = set()
+            for r, hit in (*ctx.new, *ctx.resumed):
+                fresh.update(r.blocks[hit // bs :])
+            for i, b in enumerate(blocks):
+                if b in fresh:
+                    k = i
+                    break
+        k = min(k, self._first.setdefault((req.request_id, req.num_preemptions), k))
+        return blocks[:k], k * bs
+
+
+def _check_prefix_hits(value: str) -> str:
+    if value not in PREFIX_HITS:
+        raise ConfigError(f"prefix_hits must be one of {PREFIX_HITS}, got {value!r}")
+    return value
+
+
 # --------------------------------------------------------------------------------------------
-# vLLM-SP
+# vLLM 0.6.6 (the paper's vLLM) and vLLM-SP
 # --------------------------------------------------------------------------------------------
-class VllmSPPolicy(VllmV0Policy):
+class Vllm06Policy(VllmV0Policy):
+    """The paper's vLLM: ``vllm-v0`` with vLLM 0.6.6's KV checks and prefix-hit counting.
+
+    ``vllm-v0`` is FCFS, prefill-first, whole prompts, no hybrid batches; the block-manager checks
+    are ``block_manager="v0.6"`` (see :class:`VllmV0Policy`) and the hit counting
+    ``prefix_hits="v0.6"`` (see :class:`V06PrefixHits`). ``"v1"`` for either restores the
+    engine's (vLLM V1) behaviour.
+    """
+
+    name = "vllm-0.6"
+
+    def __init__(
+        self, block_manager: str = "v0.6", watermark: float = 0.01, prefix_hits: str = "v0.6"
+    ) -> None:
+        super().__init__(block_manager, watermark)
+        self.prefix_hits = _check_prefix_hits(prefix_hits)
+        self._hits = V06PrefixHits()
+
+    def reset(self, engine: Engine) -> None:
+        """Forget the frozen hit counts of the previous run."""
+        self._hits.reset()
+
+    def lookup(self, ctx: StepContext, req: Request) -> tuple[list[int], int]:
+        """Prefix hit of ``req`` under the configured counting."""
+        return self._hits.lookup(ctx, req) if self.prefix_hits == "v0.6" else ctx.lookup(req)
+
+    def admit_whole_prefills(self, ctx: StepContext) -> bool:
+        """:meth:`VllmV0Policy.admit_whole_prefills` with vLLM 0.6.6's hit counting.
+
+        As ``Scheduler._schedule_prefills`` (``scheduler.py:2045-2200``): the head's cached
+        tokens are counted (and frozen) before ``can_allocate`` is asked.
+        """
+        waiting, running = ctx.waiting, ctx.running
+        admitted = False
+        while waiting and len(running) < ctx.max_num_seqs:
+            req = waiting.peek()
+            hit = self.lookup(ctx, req)
+            n = req.num_tokens - hit[1]
+            if n > ctx.config.max_num_batched_tokens:
+                raise PolicyError(
+                    f"{self.name} cannot chunk prefills: request {req.request_id!r} needs {n} "
+                    "tokens in one step but max_num_batched_tokens="
+                    f"{ctx.config.max_num_batched_tokens}; raise max_num_batched_tokens or use a "
+                    "chunking scheduler (vllm-v1, sarathi)"
+                )
+            if n > ctx.token_budget:
+                break
+            if self.block_manager == "v0.6" and not self.can_allocate_v06(ctx, req):
+                break
+            if ctx.admit(req, n, hit=hit) is None:
+                break
+            admitted = True
+        return admitted
+
+
+class VllmSPPolicy(Vllm06Policy):
     """vLLM-SP: ``vllm-v0`` under vLLM's priority policy with a static relQuery priority.
 
     Priority of every request of relQuery R = Σ_{r ∈ R} (prompt tokens + ``max_tokens``)
@@ -341,22 +469,26 @@ class VllmSPPolicy(VllmV0Policy):
     ``_schedule_priority_preemption`` preempts (recompute) the worst running request while the
     waiting head cannot be admitted (blocks or ``max_num_seqs``) and has a better priority; then
     the remaining running requests decode, the worst-priority one preempted on block shortage.
-    KV checks are vLLM 0.6.6's by default (``block_manager="v0.6"``: watermark on admission, no
-    prefix-hit credit, worst-case append; see :class:`VllmV0Policy`); ``"v1"`` is the engine's.
+    KV checks and prefix-hit counting are vLLM 0.6.6's by default (``block_manager="v0.6"``:
+    watermark on admission, no prefix-hit credit, worst-case append; ``prefix_hits="v0.6"``: no
+    hits within a batch, frozen counts; see :class:`Vllm06Policy`); ``"v1"`` is the engine's.
     """
 
     name = "vllm-sp"
     fast_forward_safe = False  # a blocked head may still preempt (priority inversion)
     head_of_line = True
 
-    def __init__(self, block_manager: str = "v0.6", watermark: float = 0.01) -> None:
-        super().__init__(block_manager, watermark)
+    def __init__(
+        self, block_manager: str = "v0.6", watermark: float = 0.01, prefix_hits: str = "v0.6"
+    ) -> None:
+        super().__init__(block_manager, watermark, prefix_hits)
         self.fast_forward_safe = False
         self._engine: Engine | None = None
         self._sums: dict[str, int] = {}
 
     def reset(self, engine: Engine) -> None:
-        """Remember the engine (for the relQuery's released requests)."""
+        """Remember the engine (for the relQuery's released requests); clear frozen hits."""
+        super().reset(engine)
         self._engine = engine
         self._sums = {}
 
@@ -424,7 +556,8 @@ class Sarathi06Policy(SchedulingPolicy):
     * new admissions follow even after a preemption (the preempted rejoin the waiting head
       only after the prefill phase), gated by ``can_allocate`` (whole sequence, no hit
       credit, watermark 0.01), and get **all their prompt blocks at admission**, as vLLM 0.6's
-      block manager allocates the whole prompt (here: the first chunk plus lookahead slots).
+      block manager allocates the whole prompt (here: the first chunk plus lookahead slots);
+    * prefix hits counted as vLLM 0.6.6 does (``prefix_hits="v0.6"``, :class:`V06PrefixHits`).
 
     Outcomes vLLM 0.6.6 would not survive, made explicit (:class:`PolicyError` naming the
     request, never a hang):
@@ -448,11 +581,15 @@ class Sarathi06Policy(SchedulingPolicy):
     fast_forward_safe = False
     head_of_line = True
 
-    def __init__(self, watermark: float = 0.01, livelock_repeats: int = 3) -> None:
+    def __init__(
+        self, watermark: float = 0.01, livelock_repeats: int = 3, prefix_hits: str = "v0.6"
+    ) -> None:
         if livelock_repeats < 2:
             raise ConfigError(f"livelock_repeats must be >= 2, got {livelock_repeats!r}")
         self.watermark = watermark
         self.livelock_repeats = livelock_repeats
+        self.prefix_hits = _check_prefix_hits(prefix_hits)
+        self._hits = V06PrefixHits()
         self._samples = 0
         self._lone: dict[str, tuple[int, int, int]] = {}
 
@@ -467,6 +604,7 @@ class Sarathi06Policy(SchedulingPolicy):
             )
         self._samples = 0
         self._lone = {}
+        self._hits.reset()
 
     def _chunk(self, ctx: StepContext, left: int) -> int:
         budget = ctx.token_budget
@@ -515,9 +653,12 @@ class Sarathi06Policy(SchedulingPolicy):
         waiting = ctx.waiting
         while len(running) < ctx.max_num_seqs:
             req = next((r for r in waiting if r not in skip), None)
-            if req is None or not can_allocate_v06(ctx, req, self.watermark, self.name):
+            if req is None:
                 break
-            hit = ctx.lookup(req)
+            # Cached tokens are counted (and frozen) before can_allocate, as in vLLM 0.6.6.
+            hit = self._hits.lookup(ctx, req) if self.prefix_hits == "v0.6" else ctx.lookup(req)
+            if not can_allocate_v06(ctx, req, self.watermark, self.name):
+                break
             left = req.num_tokens - hit[1]
             n = self._chunk(ctx, left)
             if n <= 0:
@@ -563,6 +704,10 @@ class RelServeOptions:
     block_manager: str = "v0.6"
     """KV checks: ``v0.6`` = vLLM 0.6.6's (watermark 0.01 on admission, worst-case append, as the
     authors' engine); ``v1`` = the engine's (vLLM V1's admission gate)."""
+    prefix_hits: str = "v0.6"
+    """Prefix-hit counting: ``v0.6`` = vLLM 0.6.6's (no hits on blocks of the same batch, the
+    count frozen at the first lookup; :class:`V06PrefixHits`), for the DPU's sample, the mimic
+    batch and admissions; ``v1`` = the engine's fresh lookup."""
     seed: int = 0
     """Seed of ``sample="random"``."""
 
@@ -576,6 +721,7 @@ class RelServeOptions:
             "delta": ("code", "paper"),
             "nft_rule": ("code", "strict"),
             "block_manager": BLOCK_MANAGERS,
+            "prefix_hits": PREFIX_HITS,
         }
         for name, allowed in checks.items():
             if getattr(self, name) not in allowed:
@@ -638,6 +784,12 @@ class RelServePolicy(SchedulingPolicy):
         self._rqs: dict[str, _RQ] = {}
         self._tracked = 0
         self._rng = random.Random(self.options.seed)
+        self._hits = V06PrefixHits()
+
+    def _lookup(self, ctx: StepContext, req: Request) -> tuple[list[int], int]:
+        if self.options.prefix_hits == "v0.6":
+            return self._hits.lookup(ctx, req)
+        return ctx.lookup(req)
 
     def queue_policy(self, config: EngineConfig) -> str:
         """FCFS engine queue; the DPU orders it itself every step."""
@@ -650,6 +802,7 @@ class RelServePolicy(SchedulingPolicy):
         self._rqs = {}
         self._tracked = 0
         self._rng = random.Random(self.options.seed)
+        self._hits.reset()
         self.stats = dict.fromkeys(self.stats, 0)
 
     # -- DPU ---------------------------------------------------------------------------------
@@ -680,7 +833,7 @@ class RelServePolicy(SchedulingPolicy):
         sample = reqs[:k] if self.options.sample == "first" else self._rng.sample(reqs, k)
         unc = tot = 0
         for r in sample:
-            hit = ctx.lookup(r)[1]
+            hit = self._lookup(ctx, r)[1]
             unc += r.num_tokens - hit
             tot += r.num_tokens
         return unc / tot if tot else 1.0
@@ -763,7 +916,7 @@ class RelServePolicy(SchedulingPolicy):
         free_tokens = ctx.num_free_blocks * ctx.block_size - reserve
         utok = size = ol = 0
         for r in cands:
-            n = r.num_tokens - ctx.lookup(r)[1]
+            n = r.num_tokens - self._lookup(ctx, r)[1]
             if n <= 0 and self.options.zero_uncached_stops:
                 break
             cost = n if code else n + r.max_tokens
@@ -783,7 +936,7 @@ class RelServePolicy(SchedulingPolicy):
         for r in cands:
             if len(ctx.running) >= ctx.max_num_seqs:
                 break
-            hit = ctx.lookup(r)
+            hit = self._lookup(ctx, r)
             n = r.num_tokens - hit[1]
             if n <= 0 and self.options.zero_uncached_stops:
                 break
@@ -917,12 +1070,6 @@ class RelServeBatchTypeAgent:
         return 0 if pol._arrange(ctx, prios, order) else 1
 
 
-def _vllm06(**kw: Any) -> VllmV0Policy:
-    pol = VllmV0Policy(block_manager="v0.6", **kw)
-    pol.name = "vllm-0.6"
-    return pol
-
-
 def register(register_policy: Callable[..., None]) -> None:
     """Register the RelServe policies and the paper's vLLM 0.6.6 baselines.
 
@@ -952,8 +1099,9 @@ def register(register_policy: Callable[..., None]) -> None:
     )
     register_policy(
         "vllm-0.6",
-        _vllm06,
-        "vllm-v0 with vLLM 0.6.6's block-manager checks (watermark, no hit credit)",
+        Vllm06Policy,
+        "vllm-v0 with vLLM 0.6.6's block-manager checks (watermark, no hit credit) and prefix-hit "
+        "counting (no hits within a batch, frozen counts)",
     )
     register_policy(
         "vllm-sp",

@@ -14,6 +14,8 @@ from llmsched_gym.policies.relserve import (
     LatencyPredictors,
     RelServePolicy,
     Sarathi06Policy,
+    V06PrefixHits,
+    Vllm06Policy,
     VllmSPPolicy,
     delta_latency,
     fit_latency_predictors,
@@ -114,7 +116,7 @@ def test_cache_miss_ratio_uses_first_ten_real_lookups() -> None:
     shared = list(range(1, 65))  # 64 shared tokens = 4 blocks
     a = [shared + [900 + i] * 20 for i in range(2)]
     b = [shared + [2000 + 50 * i + k for k in range(20)] for i in range(12)]
-    pol = RelServePolicy(PRED)
+    pol = RelServePolicy(PRED, prefix_hits="v1")  # fresh lookups (vLLM 0.6.6's freeze: below)
     eng = _engine(pol, [_job("A", 0.0, a), _job("B", 0.0, b, max_tokens=50)])
     eng.step()  # prefill A (shorter): caches the shared prefix
     assert {r.spec.job_id for r in eng.running} == {"A"}
@@ -349,7 +351,7 @@ def test_full_opt_amazon_top_load_ordering_and_storm() -> None:
     sc = load_scenario("relquery-amazon-v0", {"workload.rate_per_s": 1.0})
     sp = sc.simulate(VllmSPPolicy(), record_steps=True)
     rel = sc.simulate(RelServePolicy(fit_latency_predictors(sp)))
-    v06 = sc.simulate(VllmV0Policy(block_manager="v0.6"))
+    v06 = sc.simulate(Vllm06Policy())  # the paper's vLLM: 0.6.6 checks and hit counting
     v1 = sc.simulate(VllmV0Policy())
     assert v06.requests["num_preemptions"].sum() < 100 < 500 < v1.requests["num_preemptions"].sum()
     lat = {k: r.jobs["latency_s"].mean() for k, r in (("rel", rel), ("sp", sp), ("v", v06))}
@@ -434,3 +436,111 @@ def test_alloc_status_v06_matches_vllm():
     assert status(4 * 297, 299) == "later"
     assert status(4 * 297 + 1, 300) == "never"  # 298 blocks: 300 - 298 < 3 even when empty
     assert status(4, 4) == "ok" and status(4, 3) == "later"
+
+
+# vLLM 0.6.6 prefix-hit counting (V06PrefixHits): no hits within a batch, frozen counts.
+def _shared_prompts(n: int, shared_blocks: int = 3, tail: int = 20, base: int = 5000) -> list:
+    shared = list(range(1, 16 * shared_blocks + 1))
+    return [shared + [base + 100 * i + k for k in range(tail)] for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "second_hit"),
+    [
+        (Vllm06Policy(), 0),  # vLLM 0.6.6: A's blocks are not computed until the batch is built
+        (Vllm06Policy(prefix_hits="v1"), 48),  # engine / vLLM V1: B hits A's 3 fresh blocks
+        (VllmSPPolicy(), 0),
+        (Sarathi06Policy(), 0),
+        (RelServePolicy(PRED), 0),
+        (RelServePolicy(PRED, prefix_hits="v1"), 48),
+    ],
+)
+def test_v06_no_prefix_hits_within_one_batch(policy, second_hit) -> None:
+    # A and B share 3 full blocks (48 tokens) and arrive together: one prefill batch admits both.
+    eng = _engine(policy, [_job("Q", 0.0, _shared_prompts(2))])
+    eng.step()
+    got = {r.request_id: r.num_cached_tokens for r in eng.running}
+    assert got == {"Q-0": 0, "Q-1": second_hit}
+    # The step computed the uncounted tokens: 68 for A plus 68 - second_hit for B.
+    assert eng.ctx.scheduled and sum(eng.ctx.scheduled.values()) == 136 - second_hit
+
+
+def test_v06_hits_count_blocks_of_earlier_steps_and_stay_frozen() -> None:
+    # One prompt per step (budget 68 tokens). Step 1 admits A and, as vLLM 0.6.6's
+    # _schedule_prefills, counts the head B's cached tokens before the budget check stops it:
+    # A's blocks are not computed yet, so B's count is 0 and stays 0 (frozen) when B is admitted
+    # in step 2. C arrives after step 1 and is first looked up in step 2: A's 3 shared blocks
+    # are computed by then, so C hits 48 tokens.
+    jobs = [_job("A", 0.0, _shared_prompts(1, base=100)), _job("B", 0.0, _shared_prompts(1))]
+    jobs.append(_job("C", 0.005, _shared_prompts(1, base=7000)))
+    eng = _engine(Vllm06Policy(), jobs, max_num_batched_tokens=68)
+    for _ in range(3):
+        eng.step()
+    hits = {r.spec.job_id: r.num_cached_tokens for r in eng.running}
+    assert hits == {"A": 0, "B": 0, "C": 48}
+    eng = _engine(Vllm06Policy(prefix_hits="v1"), jobs, max_num_batched_tokens=68)
+    for _ in range(3):
+        eng.step()
+    assert {r.spec.job_id: r.num_cached_tokens for r in eng.running} == {"A": 0, "B": 48, "C": 48}
+
+
+class _FakeCtx:
+    block_size = 16
+
+    def __init__(self, hit, new=()):
+        self.hit, self.new, self.resumed = hit, list(new), []
+
+    def lookup(self, req):
+        return self.hit
+
+
+class _FakeReq:
+    def __init__(self, rid, blocks=()):
+        self.request_id, self.num_preemptions, self.blocks = rid, 0, list(blocks)
+
+
+def test_v06_prefix_hits_by_hand() -> None:
+    pol = V06PrefixHits()
+    r = _FakeReq("r")
+    # Block 8 was allocated (not hit) this step by X, admitted with 16 hit tokens (block 1):
+    # the hit run [7, 8, 9] is cut before 8.
+    x = _FakeReq("x", [1, 8, 10])
+    assert pol.lookup(_FakeCtx(([7, 8, 9], 48), [(x, 16)]), r) == ([7], 16)
+    # Next step all three are computed, but r's count is frozen at its first lookup.
+    assert pol.lookup(_FakeCtx(([7, 8, 9], 48)), r) == ([7], 16)
+    # Never more than the engine's hit (a block evicted since is recomputed).
+    assert pol.lookup(_FakeCtx(([], 0)), r) == ([], 0)
+    # A preempted sequence is tracked afresh (vLLM 0.6.6 remove_seq on free).
+    r.num_preemptions = 1
+    assert pol.lookup(_FakeCtx(([7, 8, 9], 48)), r) == ([7, 8, 9], 48)
+    # KV handed over from another instance (hit tokens beyond the hit blocks) is left alone.
+    assert pol.lookup(_FakeCtx(([7], 40)), _FakeReq("y")) == ([7], 40)
+    pol.reset()
+    r.num_preemptions = 0
+    assert pol.lookup(_FakeCtx(([7, 8, 9], 48)), r) == ([7, 8, 9], 48)  # reset forgets
+
+
+def test_relserve_dpu_sample_freezes_hits_at_arrival() -> None:
+    # The DPU looks up the first 10 waiting requests of B when B arrives (nothing of it cached);
+    # in vLLM 0.6.6 those counts stay, so the ratio and the admitted requests' hits stay 0 even
+    # after A cached the shared prefix, while the engine's fresh lookup would count 48 tokens.
+    a = _shared_prompts(2, base=100)
+    b = _shared_prompts(12, base=9000)
+    counts = {}
+    for hits in ("v0.6", "v1"):
+        pol = RelServePolicy(PRED, prefix_hits=hits)
+        eng = _engine(pol, [_job("A", 0.0, a[:1]), _job("B", 0.0, b, max_tokens=50)])
+        eng.step()  # A (shorter) prefills first and caches the 3 shared blocks
+        waiting_b = [r for r in eng.waiting if r.spec.job_id == "B"]
+        counts[hits] = pol._miss_ratio(eng.ctx, waiting_b)
+    assert counts["v0.6"] == 1.0
+    assert counts["v1"] == pytest.approx(1 - 10 * 48 / (10 * 68))
+
+
+def test_prefix_hits_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="prefix_hits"):
+        Vllm06Policy(prefix_hits="v2")
+    with pytest.raises(ValueError, match="prefix_hits"):
+        RelServePolicy(PRED, prefix_hits="v2")
+    with pytest.raises(ValueError, match="prefix_hits"):
+        Sarathi06Policy(prefix_hits="v2")
