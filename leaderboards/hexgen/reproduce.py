@@ -88,11 +88,30 @@ def systems(alpha: float, mode: str = "roofline", score: str = "paper") -> dict[
     }
 
 
-def scenario(hetero: int, trace: int, rate: float, seed: int) -> Any:
-    """The shipped scenario at ``rate``."""
-    return load_scenario(
+def scenario(hetero: int, trace: int, rate: float, seed: int, a100: str | None = None) -> Any:
+    """The shipped scenario at ``rate``; ``a100`` swaps the A100 card (e.g. ``"a100-40gb"``).
+
+    The shipped scenarios price the A100 instances as ``a100-80gb``. Hexgen-Flow's hardware table
+    models its ``nvidia_A100`` as the 40 GB card (1555 GB/s, ``vmemory`` 40e9, "use 40G data":
+    ``simulator/internal/configs/hardware_params.py:28-34``); the paper says only "A100" (§5.1).
+    ``a100="a100-40gb"`` is that variant (queue probe; the ``code-*`` modes then scale the
+    slower GPUs from it, see :func:`instance_models`).
+    """
+    sc = load_scenario(
         f"hexgen-hetero{hetero}-trace{trace}-v0",
         {"workload.rate_per_s": rate, "seed": seed},
+    )
+    if a100 is None:
+        return sc
+    inst = [
+        {**g, "cost_model": g["cost_model"].replace("@a100-80gb", f"@{a100}")}
+        for g in sc.cluster["instances"]
+    ]
+    return sc.with_overrides(
+        {
+            "cluster.instances": inst,
+            "cost_model": sc.cost_model.replace("@a100-80gb", f"@{a100}"),
+        }
     )
 
 
@@ -120,7 +139,9 @@ def instance_models(sc: Any, pricing: str = "roofline") -> list[Any]:
     specs = [g["cost_model"] for g in sc.cluster["instances"] for _ in range(g.get("count", 1))]
     if pricing == "roofline":
         return specs
-    return [hexgen_cost(m, cal, dec) for m in specs]
+    # The code's ratios scale the deployment's own A100 (a100-80gb unless ``scenario(a100=)``).
+    ref = next((m for m in specs if isinstance(m, str) and "@a100" in m), None)
+    return [hexgen_cost(m, cal, dec, reference=ref) for m in specs]
 
 
 def base_of(sc: Any, pricing: str = "roofline") -> float:

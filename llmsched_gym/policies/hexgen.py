@@ -63,6 +63,7 @@ from llmsched_gym.workloads.text2sql import STANDARD_WORKFLOW
 __all__ = [
     "HexGenPQPolicy",
     "TemplateState",
+    "drain_bound_s",
     "eq5_budget",
     "eq6_urgency",
     "hexgen_base_slo",
@@ -372,6 +373,36 @@ def _min_scale(latencies: np.ndarray, base_s: float, target: float) -> float:
         return math.inf
     k = max(1, math.ceil(target * lat.size - 1e-9))
     return float(lat[k - 1] / base_s)
+
+
+def drain_bound_s(
+    arrival_s: Sequence[float], finish_s: Sequence[float], target: float = 0.95
+) -> float:
+    """Lower bound on the ``target``-attainment deadline of ANY order with these completions.
+
+    With ``N`` queries and ``k = ceil(target * N)`` (the index :func:`hexgen_metrics` reads), at
+    most ``N - k`` queries may miss the deadline. The ``N - k + 1`` queries that complete last all
+    finish at or after the ``k``-th completion ``f_(k)``, and one of them must meet the deadline,
+    so ``D >= f_(k) - (latest arrival)``. A local order that keeps the throughput (the same set
+    of completion times, in any assignment to queries) cannot beat it: in an overloaded run the
+    deadline is bounded by the drain time, whatever the queue does (issue 10 queue probe).
+
+    Args:
+        arrival_s: Query arrival times.
+        finish_s: Query completion times (NaN = unfinished, counted as never).
+        target: Attainment target in (0, 1].
+
+    Returns:
+        The bound in seconds (``inf`` when fewer than ``k`` queries finished).
+    """
+    if not 0 < target <= 1:
+        raise ConfigError(f"target must be in (0, 1], got {target}")
+    arr = np.asarray(arrival_s, dtype=np.float64)
+    fin = np.sort(np.nan_to_num(np.asarray(finish_s, dtype=np.float64), nan=np.inf))
+    if arr.size == 0 or arr.size != fin.size:
+        raise ConfigError("drain_bound_s needs one finish time per arrival")
+    k = max(1, math.ceil(target * fin.size - 1e-9))
+    return float(fin[k - 1] - arr.max())
 
 
 def hexgen_metrics(

@@ -10,6 +10,7 @@ import pytest
 
 from llmsched_gym.cluster.cluster import InstanceSpec, run_cluster
 from llmsched_gym.cluster.hexgen import (
+    CODE_TABLE_SCALE,
     HexGenCodeRouter,
     HexGenWBRouter,
     StagePredictor,
@@ -23,6 +24,7 @@ from llmsched_gym.errors import ConfigError
 from llmsched_gym.policies.hexgen import (
     HexGenPQPolicy,
     TemplateState,
+    drain_bound_s,
     eq5_budget,
     eq6_urgency,
     hexgen_metrics,
@@ -218,6 +220,35 @@ def test_attainment_and_min_scale():
     assert m["deadline_95_s"] == pytest.approx(95.0) and m["min_scale_95"] == pytest.approx(47.5)
     assert m["deadline_99_s"] == pytest.approx(99.0)
     assert m["throughput_qps"] == pytest.approx(1.0)
+
+
+def _kth_latency(arrival, finish, perm, target):
+    lat = np.sort(np.asarray(finish)[list(perm)] - np.asarray(arrival))
+    return lat[math.ceil(target * len(lat) - 1e-9) - 1]
+
+
+def test_drain_bound_hand_computed_and_never_beaten_by_any_order():
+    import itertools
+
+    # 4 queries, 75%: k = 3, f_(3) = 120, last arrival 30 -> 90 s.
+    arrival, finish = [0.0, 10.0, 20.0, 30.0], [130.0, 100.0, 120.0, 110.0]
+    assert drain_bound_s(arrival, finish, 0.75) == pytest.approx(90.0)
+    # 100%: the last completion minus the last arrival; an unfinished query -> inf.
+    assert drain_bound_s(arrival, finish, 1.0) == pytest.approx(100.0)
+    assert drain_bound_s(arrival, [100.0, np.nan, 120.0, 110.0], 1.0) == math.inf
+    # No assignment of these completion times to queries (any local order at this throughput)
+    # gets a deadline below the bound; FIFO (sorted to sorted) attains the 100% one exactly.
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        a = np.sort(rng.uniform(0, 50, 6))
+        f = rng.uniform(60, 200, 6)
+        for q in (0.5, 0.8, 1.0):
+            best = min(_kth_latency(a, f, p, q) for p in itertools.permutations(range(6)))
+            assert best >= drain_bound_s(a, f, q) - 1e-9
+        fifo = np.sort(f) - a
+        assert fifo.max() >= drain_bound_s(a, f, 1.0) - 1e-9
+    with pytest.raises(ConfigError):
+        drain_bound_s([0.0], [1.0, 2.0])
 
 
 def test_t_distribution_matches_known_values():
@@ -486,3 +517,28 @@ def test_code_table_pricing_deadline_ratio_near_paper():
             "deadline_95_s"
         ]
     assert 0.7 * 1.41 <= d95["RR+FCFS"] / d95["WB+PQ"] <= 1.3 * 1.41
+
+
+def test_reproduce_a100_card_variant_swaps_only_the_a100_and_its_reference():
+    # queue probe part 4: the code's A100 is the 40 GB card (hardware_params.py:28-34); the
+    # code-* modes must then scale the A6000 from that card, not from the shipped A100-80GB.
+    r = _reproduce_module()
+    default, card = r.scenario(1, 3, 0.5, 0), r.scenario(1, 3, 0.5, 0, a100="a100-40gb")
+    assert [g["cost_model"] for g in card.cluster["instances"]] == [
+        "roofline:llama-3.1-70b@a100-40gb/tp8",
+        "roofline:llama-3.1-70b@a6000-48gb/tp8",
+    ]
+    assert card.cost_model.endswith("@a100-40gb/tp8")
+    for sc, gpu in ((default, "a100-80gb"), (card, "a100-40gb")):
+        a100, _, a6000, _ = r.instance_models(sc, "code-table")
+        assert a100.speed.gpu == gpu and a6000.speed.gpu == gpu
+        assert a6000.kv_model.gpu == "a6000-48gb"
+        step = (10000, 10**8, 0, 1, 0)
+        assert a6000.step_time(*step) == pytest.approx(
+            a100.step_time(*step) * CODE_TABLE_SCALE["a6000"], rel=1e-9
+        )
+    # the 40 GB card is slower and holds far less KV than the 80 GB one
+    assert r.base_of(card, "code-table") > r.base_of(default, "code-table")
+    kv80 = r.instance_models(default, "code-table")[0].kv_model.num_gpu_blocks()
+    kv40 = r.instance_models(card, "code-table")[0].kv_model.num_gpu_blocks()
+    assert kv40 < 0.5 * kv80
