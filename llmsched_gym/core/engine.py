@@ -433,6 +433,7 @@ class StepContext:
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1
+        req.refill_tokens = req.num_tokens
         self.waiting.prepend(req)
         self.preempted.append(req)
 
@@ -495,6 +496,8 @@ class Engine:
         # A cost model may also price Σ m over prefill items (context under the prefill chunks;
         # InferMax's m_p term): it says so with ``uses_prefill_kv = True``.
         self._prefill_kv_feature = bool(getattr(cost_model, "uses_prefill_kv", False))
+        self._phase_items = bool(getattr(cost_model, "phase_items", False))
+        """The cost model prices items by phase (``Request.in_prefill_phase``), not by size."""
         self.schedule_log = schedule_log
         self.record_steps = record_steps
         self.kv = KVCacheManager(
@@ -724,7 +727,9 @@ class Engine:
         self.policy.schedule(ctx)
         scheduled = ctx.scheduled
         num_free_after_schedule = self.kv.pool.num_free
-        if self._prefill_kv_feature:
+        if self._phase_items:
+            duration = self._phase_step_time(scheduled)
+        elif self._prefill_kv_feature:
             duration = self.cost_model.step_time(
                 ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill,
                 ctx._num_decode, prefill_kv=ctx._prefill_kv,
@@ -816,6 +821,27 @@ class Engine:
                     f"{most.num_preemptions} times"
                 )
 
+    def _phase_step_time(self, scheduled: dict[Request, int]) -> float:
+        """Step time with items classed by phase (``phase_items`` cost models, e.g. Vidur's).
+
+        An item of a request that has not sampled since its (re)admission is a prefill even with
+        one token (a one-token prompt, the last chunk of a refill).
+        """
+        tokens = attn = dkv = pkv = n_pre = n_dec = 0
+        for req, n in scheduled.items():
+            c = req.num_computed_tokens
+            tokens += n
+            if req.in_prefill_phase:
+                attn += n * n + 2 * c * n
+                pkv += c
+                n_pre += 1
+            else:
+                dkv += c
+                n_dec += 1
+        if self._prefill_kv_feature:
+            return self.cost_model.step_time(tokens, attn, dkv, n_pre, n_dec, prefill_kv=pkv)
+        return self.cost_model.step_time(tokens, attn, dkv, n_pre, n_dec)
+
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end``: free their blocks in the given (scheduling) order."""
         for req in finished:
@@ -871,6 +897,8 @@ class Engine:
         # stretch computes them again while it advances the requests).
         if self.running_tokens != n:
             return False
+        if self._phase_items and any(r.in_prefill_phase for r in running):
+            return False  # a one-token prompt or refill chunk: priced as a prefill, stepped
         # Nobody finishes before the stretch's last step (finishers free after it).
         k = min(map(_sub, map(_output_len, running), map(_num_output_tokens, running)))
         if k < 2:

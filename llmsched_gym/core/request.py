@@ -100,6 +100,7 @@ class Request:
         "num_computed_total",
         "scheduled_in_step",
         "num_external_tokens",
+        "refill_tokens",
     )
 
     def __init__(self, spec: RequestSpec, seq: int, block_size: int) -> None:
@@ -136,11 +137,24 @@ class Request:
         self.scheduled_in_step = -1
         self.num_external_tokens = 0
         """Prompt tokens whose KV arrived from another instance (PD hand-off; 0 otherwise)."""
+        self.refill_tokens = -1
+        """``num_tokens`` when last preempted (-1: never): equal while its refill runs."""
 
     @property
     def is_prefill_chunk(self) -> bool:
         """Whether more than one token remains to compute (prompt, chunk or refill)."""
         return self.num_tokens - self.num_computed_tokens > 1
+
+    @property
+    def in_prefill_phase(self) -> bool:
+        """Whether the request has not sampled since its (re)admission (prompt or refill phase).
+
+        True while its prompt, or its refill after a preemption, is still being computed, even
+        when one token is left. vLLM V1 has no phases (a one-token item is a decode to its
+        kernels, and the engine's step features count it so); cost models that price by phase,
+        as Vidur does (InferMax's §3.2 model), read this (``phase_items``).
+        """
+        return self.num_output_tokens == 0 or self.num_tokens == self.refill_tokens
 
     def __repr__(self) -> str:
         return (

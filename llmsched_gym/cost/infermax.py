@@ -122,6 +122,9 @@ class InferMaxCostModel:
 
     uses_prefill_kv = True
     """The engine passes ``prefill_kv`` (Σ m over prefill items), so the m_p term is exact."""
+    phase_items = True
+    """Items are priced by phase, as Vidur classifies them: a one-token prompt (I = 1) or the
+    last one-token chunk of a refill is a prefill (``Request.in_prefill_phase``)."""
 
     def __init__(self, model: str = "llama-2-7b", coefficients=None) -> None:
         key = _ALIASES.get(model.lower(), model.lower())
