@@ -156,6 +156,10 @@ class VllmV0Policy(SchedulingPolicy):
         """Decode ``req`` one token under the configured block manager (:func:`decode_one`)."""
         return decode_one(ctx, req, self.block_manager == "v0.6", victim)
 
+    def lookup(self, ctx: StepContext, req: Request) -> tuple[list[int], int]:
+        """Prefix hit of ``req`` (the engine's lookup; vLLM 0.6.6 variants count differently)."""
+        return ctx.lookup(req)
+
     def admit_whole_prefills(self, ctx: StepContext) -> bool:
         """Admit waiting requests in queue order with their whole prompt while they fit.
 
@@ -165,7 +169,7 @@ class VllmV0Policy(SchedulingPolicy):
         admitted = False
         while waiting and len(running) < ctx.max_num_seqs:
             req = waiting.peek()
-            hit = ctx.lookup(req)
+            hit = self.lookup(ctx, req)
             n = req.num_tokens - hit[1]
             if n > ctx.config.max_num_batched_tokens:
                 raise PolicyError(

@@ -431,34 +431,6 @@ class Vllm06Policy(VllmV0Policy):
         """Prefix hit of ``req`` under the configured counting."""
         return self._hits.lookup(ctx, req) if self.prefix_hits == "v0.6" else ctx.lookup(req)
 
-    def admit_whole_prefills(self, ctx: StepContext) -> bool:
-        """:meth:`VllmV0Policy.admit_whole_prefills` with vLLM 0.6.6's hit counting.
-
-        As ``Scheduler._schedule_prefills`` (``scheduler.py:2045-2200``): the head's cached
-        tokens are counted (and frozen) before ``can_allocate`` is asked.
-        """
-        waiting, running = ctx.waiting, ctx.running
-        admitted = False
-        while waiting and len(running) < ctx.max_num_seqs:
-            req = waiting.peek()
-            hit = self.lookup(ctx, req)
-            n = req.num_tokens - hit[1]
-            if n > ctx.config.max_num_batched_tokens:
-                raise PolicyError(
-                    f"{self.name} cannot chunk prefills: request {req.request_id!r} needs {n} "
-                    "tokens in one step but max_num_batched_tokens="
-                    f"{ctx.config.max_num_batched_tokens}; raise max_num_batched_tokens or use a "
-                    "chunking scheduler (vllm-v1, sarathi)"
-                )
-            if n > ctx.token_budget:
-                break
-            if self.block_manager == "v0.6" and not self.can_allocate_v06(ctx, req):
-                break
-            if ctx.admit(req, n, hit=hit) is None:
-                break
-            admitted = True
-        return admitted
-
 
 class VllmSPPolicy(Vllm06Policy):
     """vLLM-SP: ``vllm-v0`` under vLLM's priority policy with a static relQuery priority.
