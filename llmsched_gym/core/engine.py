@@ -33,6 +33,7 @@ from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.job import Job, JobState, JobTracker
 from llmsched_gym.core.queues import FCFSQueue, PriorityQueue, vllm_priority_key
 from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
+from llmsched_gym.cost.base import items_step_time
 from llmsched_gym.errors import ConfigError, PolicyError, TraceError
 from llmsched_gym.kv.manager import KVCacheManager, cdiv
 from llmsched_gym.metrics.columns import StepColumn
@@ -827,20 +828,8 @@ class Engine:
         An item of a request that has not sampled since its (re)admission is a prefill even with
         one token (a one-token prompt, the last chunk of a refill).
         """
-        tokens = attn = dkv = pkv = n_pre = n_dec = 0
-        for req, n in scheduled.items():
-            c = req.num_computed_tokens
-            tokens += n
-            if req.in_prefill_phase:
-                attn += n * n + 2 * c * n
-                pkv += c
-                n_pre += 1
-            else:
-                dkv += c
-                n_dec += 1
-        if self._prefill_kv_feature:
-            return self.cost_model.step_time(tokens, attn, dkv, n_pre, n_dec, prefill_kv=pkv)
-        return self.cost_model.step_time(tokens, attn, dkv, n_pre, n_dec)
+        items = [(n, req.num_computed_tokens) for req, n in scheduled.items()]
+        return items_step_time(self.cost_model, items, [r.in_prefill_phase for r in scheduled])
 
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end``: free their blocks in the given (scheduling) order."""

@@ -56,31 +56,44 @@ class CostModel(Protocol):
         ...
 
 
-def item_features(items: Iterable[tuple[int, int]]) -> tuple[int, int, int, int, int, int]:
+def item_features(
+    items: Iterable[tuple[int, int]], phases: Iterable[bool] | None = None
+) -> tuple[int, int, int, int, int, int]:
     """The five features of ``(c, m)`` items plus ``prefill_kv`` (InferMax's sum of m).
 
     Accumulated in item order with integers, as the engine does (``prefill_kv`` sums ``m`` over
-    the prefill items).
+    the prefill items). An item is a prefill when it has more than one token (vLLM V1's kernels)
+    or, with ``phases`` (per item: its request has not sampled since its (re)admission), when its
+    request is in its prefill phase (Vidur's classification; cost models with ``phase_items``).
     """
     tokens = attn = dkv = npf = ndc = pkv = 0
-    for c, m in items:
+    if phases is None:
+        pairs: Iterable[tuple[tuple[int, int], bool]] = ((it, it[0] != 1) for it in items)
+    else:
+        pairs = zip(items, phases, strict=True)
+    for (c, m), prefill in pairs:
         tokens += c
-        if c == 1:
-            dkv += m
-            ndc += 1
-        else:
+        if prefill:
             attn += c * c + 2 * m * c
             npf += 1
             pkv += m
+        else:
+            dkv += m
+            ndc += 1
     return tokens, attn, dkv, npf, ndc, pkv
 
 
-def items_step_time(model: Any, items: Iterable[tuple[int, int]]) -> float:
+def items_step_time(
+    model: Any, items: Iterable[tuple[int, int]], phases: Iterable[bool] | None = None
+) -> float:
     """``model``'s time of a step of ``(c, m)`` items: the same floats as the engine's step.
 
-    Models flagged ``uses_prefill_kv`` also get ``prefill_kv``.
+    Models flagged ``uses_prefill_kv`` also get ``prefill_kv``; models flagged ``phase_items``
+    class items by ``phases`` when given (see :func:`item_features`), others by size.
     """
-    tokens, attn, dkv, npf, ndc, pkv = item_features(items)
+    if not getattr(model, "phase_items", False):
+        phases = None
+    tokens, attn, dkv, npf, ndc, pkv = item_features(items, phases)
     if getattr(model, "uses_prefill_kv", False):
         return float(model.step_time(tokens, attn, dkv, npf, ndc, prefill_kv=pkv))
     return float(model.step_time(tokens, attn, dkv, npf, ndc))

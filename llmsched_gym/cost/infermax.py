@@ -27,14 +27,14 @@ passes it as ``prefill_kv`` to models with ``uses_prefill_kv`` (this one); given
   that set ``uses_prefill_kv``, as this one does, so in simulation the term is exact; the
   estimate above serves callers that give only the five common features.
 
-Another engine detail: the engine counts an item with ``c = 1`` as a decode; a one-token prefill
-(``I = 1``, or a one-token chunk of a prompt or refill) is therefore costed as decode attention
-(its ``m`` read as KV). Vidur classifies by phase instead (``Request.is_prefill_complete``:
+Another engine detail: the engine's step features class an item with ``c = 1`` as a decode
+(vLLM V1's kernels do). Vidur classifies by phase instead (``Request.is_prefill_complete``:
 ``vidur/entities/batch.py`` and ``_get_batch_prefill_attention_params`` /
-``_get_batch_decode_attention_params`` in ``sklearn_execution_time_predictor.py``), so there a
-one-token prompt pays the prefill terms (``b_p``, ``s_p``). This matters only for ``I = 1``
-cells: the first batch of 1,024 one-token prompts costs 89.6 ms here and 118.2 ms in Vidur,
-which is the TTFT of every non-EF request in the §4.4 ``I = 1`` cell (README, "up to" ratios).
+``_get_batch_decode_attention_params`` in ``sklearn_execution_time_predictor.py``), so a
+one-token prompt (``I = 1``) or the last one-token chunk of a refill pays the prefill terms
+(``b_p``, ``s_p``). This model declares ``phase_items``, so the engine (and the live backend's
+``timer="model"``) prices its items by phase (``Request.in_prefill_phase``): the first batch of
+1,024 one-token prompts costs 118.2 ms, as in Vidur, not the 89.6 ms of decode pricing.
 
 Left out: Vidur's profiled elementwise ``add`` per layer (no coefficients published; NOTES §4.2)
 and CPU overheads (skipped by the paper). The paper warns the 7B set gives ~3 ms per decode step,

@@ -174,3 +174,21 @@ def test_items_step_time_prices_c_m_items_as_the_engine_accumulates_them():
         69, 64 * 64 + 2 * 32 * 64 + 9, 107, 2, 2, prefill_kv=32
     )
     assert items_step_time(im, items) != im.step_time(69, 64 * 64 + 2 * 32 * 64 + 9, 107, 2, 2)
+
+
+def test_items_step_time_classes_items_by_phase_for_phase_models_only():
+    from llmsched_gym.cost.base import LinearCostModel, item_features, items_step_time
+    from llmsched_gym.cost.infermax import InferMaxCostModel
+
+    # The first one-token item is a prompt (prefill phase), the second a decode.
+    items, phases = [(1, 100), (64, 32), (1, 7)], [True, True, False]
+    assert item_features(items, phases) == (66, 1 + 200 + 64 * 64 + 2 * 32 * 64, 7, 2, 1, 132)
+    im = InferMaxCostModel()  # phase_items
+    assert items_step_time(im, items, phases) == im.step_time(
+        66, 1 + 200 + 64 * 64 + 2 * 32 * 64, 7, 2, 1, prefill_kv=132
+    )
+    assert items_step_time(im, items, phases) != items_step_time(im, items)
+    lin = LinearCostModel(0.01, 1e-4, 1e-8, 1e-6, 1e-3, 2e-4)  # prices by size: phases ignored
+    assert items_step_time(lin, items, phases) == items_step_time(lin, items)
+    with pytest.raises(ValueError):
+        item_features(items, [True])

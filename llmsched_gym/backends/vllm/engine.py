@@ -190,6 +190,8 @@ class _ReqState:
     cached: int = -1
     computed: int = 0
     preemptions: int = 0
+    in_prefill: bool = True
+    """Not sampled since its (re)admission (``Request.in_prefill_phase``, for ``phase_items``)."""
 
 
 @dataclass
@@ -713,7 +715,11 @@ class LiveRun:
         cpu = time.process_time() - c0
         items: list[tuple[str, int, int]] = cap.get("items", [])
         if self.timer == "model":
-            duration = items_step_time(self.cost_model, [(c, m) for _, c, m in items])
+            duration = items_step_time(
+                self.cost_model,
+                [(c, m) for _, c, m in items],
+                [self._states[rid].in_prefill for rid, _, _ in items],
+            )
         end = start + (cpu if self.timer == "cpu" else duration)
         if self.clock == "wall":
             end = max(end, time.perf_counter() - self._wall0)
@@ -724,6 +730,7 @@ class LiveRun:
             st = self._states[rid]
             st.status = "preempted"
             st.preemptions += 1
+            st.in_prefill = True
         self.num_preemptions += len(preempted)
         for rid, c, m in items:
             st = self._states[rid]
@@ -744,6 +751,8 @@ class LiveRun:
                 if st is None:
                     continue
                 st.token_times.extend([end] * len(out.new_token_ids))
+                if out.new_token_ids:
+                    st.in_prefill = False
                 if out.finish_reason is not None:
                     st.status = "finished"
                     st.finish = end
