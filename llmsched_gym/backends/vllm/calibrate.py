@@ -413,9 +413,9 @@ def calibrate(
         run.result()
         steps = sorted(measured.values(), key=lambda s: (s.probe, s.index))
         feats = _features(steps)
-        med = _targets(steps)
+        targets = _targets(steps)
         label = name or f"vllm-live:{cfg.describe()['model']}@{_hw_slug()}"
-        fit = fit_linear(feats, med, label, seed=seed, heldout_fraction=heldout_fraction)
+        fit = fit_linear(feats, targets, label, seed=seed, heldout_fraction=heldout_fraction)
         raw = _raw_heldout(steps, feats, fit)
         return CalibrationResult(
             steps=steps,
@@ -462,9 +462,9 @@ def merge_calibrations(parts: Sequence[CalibrationResult]) -> CalibrationResult:
                 have.cpu_s.extend(st.cpu_s)
     steps = sorted(pooled.values(), key=lambda s: (s.probe, s.index))
     feats = _features(steps)
-    med = _targets(steps)
+    targets = _targets(steps)
     fit = fit_linear(
-        feats, med, first.name, seed=first.fit.seed, heldout_fraction=first.fit.heldout_fraction
+        feats, targets, first.name, seed=first.fit.seed, heldout_fraction=first.fit.heldout_fraction
     )
     return dataclasses.replace(
         first,
