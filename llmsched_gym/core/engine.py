@@ -499,6 +499,12 @@ class Engine:
         self._prefill_kv_feature = bool(getattr(cost_model, "uses_prefill_kv", False))
         self._phase_items = bool(getattr(cost_model, "phase_items", False))
         """The cost model prices items by phase (``Request.in_prefill_phase``), not by size."""
+        self._item_priced = self._phase_items or bool(getattr(cost_model, "item_priced", False))
+        """Each step is priced from its items (``items_step_time``), not the context's sums."""
+        self._items_no_stretch = self._item_priced and not getattr(
+            cost_model, "decode_priced_by_sums", True
+        )
+        """A pure-decode step's price needs its items (longest context): no fast-forward."""
         self.schedule_log = schedule_log
         self.record_steps = record_steps
         self.kv = KVCacheManager(
@@ -728,7 +734,7 @@ class Engine:
         self.policy.schedule(ctx)
         scheduled = ctx.scheduled
         num_free_after_schedule = self.kv.pool.num_free
-        if self._phase_items:
+        if self._item_priced:
             duration = self._phase_step_time(scheduled)
         elif self._prefill_kv_feature:
             duration = self.cost_model.step_time(
@@ -823,13 +829,15 @@ class Engine:
                 )
 
     def _phase_step_time(self, scheduled: dict[Request, int]) -> float:
-        """Step time with items classed by phase (``phase_items`` cost models, e.g. Vidur's).
+        """Step time priced from the step's items (``phase_items`` or ``item_priced`` models).
 
-        An item of a request that has not sampled since its (re)admission is a prefill even with
-        one token (a one-token prompt, the last chunk of a refill).
+        With ``phase_items`` (e.g. Vidur's rule) an item of a request that has not sampled since
+        its (re)admission is a prefill even with one token (a one-token prompt, the last chunk of
+        a refill); ``item_priced`` models also get item-level terms (longest context...).
         """
         items = [(n, req.num_computed_tokens) for req, n in scheduled.items()]
-        return items_step_time(self.cost_model, items, [r.in_prefill_phase for r in scheduled])
+        phases = [r.in_prefill_phase for r in scheduled] if self._phase_items else None
+        return items_step_time(self.cost_model, items, phases)
 
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end``: free their blocks in the given (scheduling) order."""
@@ -886,8 +894,11 @@ class Engine:
         # stretch computes them again while it advances the requests).
         if self.running_tokens != n:
             return False
-        if self._phase_items and any(r.in_prefill_phase for r in running):
-            return False  # a one-token prompt or refill chunk: priced as a prefill, stepped
+        if self._item_priced and (
+            self._items_no_stretch
+            or (self._phase_items and any(r.in_prefill_phase for r in running))
+        ):
+            return False  # decodes priced by their items, or a one-token prompt / refill chunk
         # Nobody finishes before the stretch's last step (finishers free after it).
         k = min(map(_sub, map(_output_len, running), map(_num_output_tokens, running)))
         if k < 2:

@@ -2,7 +2,8 @@
 
 * :class:`CostModel` — the protocol (``step_time`` and its bit-identical vectorised twin
   ``step_times``);
-* :class:`ConstantCostModel`, :class:`LinearCostModel` — the simple models (``base.py``);
+* :class:`ConstantCostModel`, :class:`LinearCostModel` — the simple models, and
+  :class:`ExtendedLinearCostModel` — linear plus a GEMM knee and item-level terms (``base.py``);
 * :class:`RooflineCostModel` — analytic, from model shapes, GPU datasheet and TP (``roofline.py``);
 * :func:`load_cost_model`, :func:`list_profiles`, :func:`profile_info` — the registry of specs
   (``constant:S``, ``roofline:<model>@<gpu>/tp<N>``, fitted ``vidur:...`` profiles, YAML paths);
@@ -10,7 +11,12 @@
 * :mod:`llmsched_gym.cost.fit` — fitting linear profiles from Vidur's GPU measurements.
 """
 
-from llmsched_gym.cost.base import ConstantCostModel, CostModel, LinearCostModel
+from llmsched_gym.cost.base import (
+    ConstantCostModel,
+    CostModel,
+    ExtendedLinearCostModel,
+    LinearCostModel,
+)
 from llmsched_gym.cost.capacity import KVCapacity, MemoryOverheads, kv_capacity, num_gpu_blocks
 from llmsched_gym.cost.hardware import (
     GPUSpec,
@@ -21,6 +27,7 @@ from llmsched_gym.cost.hardware import (
     list_models,
 )
 from llmsched_gym.cost.registry import (
+    ProfiledExtendedCostModel,
     ProfiledLinearCostModel,
     ProfileInfo,
     list_profiles,
@@ -33,12 +40,14 @@ from llmsched_gym.cost.roofline import RooflineCostModel, RooflineParams
 __all__ = [
     "ConstantCostModel",
     "CostModel",
+    "ExtendedLinearCostModel",
     "GPUSpec",
     "KVCapacity",
     "LinearCostModel",
     "MemoryOverheads",
     "ModelSpec",
     "ProfileInfo",
+    "ProfiledExtendedCostModel",
     "ProfiledLinearCostModel",
     "RooflineCostModel",
     "RooflineParams",

@@ -11,6 +11,12 @@ with ``c`` new tokens on top of ``m`` tokens already in the KV cache:
 
 An empty batch (all zero) is a legal step: it costs the model's value at zero.
 
+Cost models flagged ``item_priced`` (:class:`ExtendedLinearCostModel`) are priced from the
+step's items by :func:`items_step_time`, which also hands them three item-level features
+(:func:`item_terms`): ``split_path`` (1 when some item has few new tokens over a long cached
+context: the split-KV attention path), ``longest_context`` (the most cached tokens of any item)
+and ``short_prefill_kv`` (cached tokens under short prefill chunks).
+
 ``step_times`` is the vectorised twin of ``step_time`` used by fast-forward: element ``i`` must be
 bit-for-bit equal to ``step_time`` of the i-th features, so fast-forwarded runs match runs stepped
 one iteration at a time.
@@ -56,6 +62,48 @@ class CostModel(Protocol):
         ...
 
 
+SHORT_MAX_NEW_TOKENS = 128
+"""An item with at most this many new tokens is "short" (one FlashAttention query tile)."""
+LONG_MIN_CACHED = 512
+"""An item with more cached tokens than this has a "long" context (one split-KV chunk)."""
+
+
+def item_terms(
+    items: Iterable[tuple[int, int]],
+    phases: Iterable[bool] | None = None,
+    short_max_new: int = SHORT_MAX_NEW_TOKENS,
+    long_min_cached: int = LONG_MIN_CACHED,
+) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """Every per-item feature of ``(c, m)`` items, in one pass (see :func:`item_features`).
+
+    Returns the five features, ``prefill_kv``, then ``split_path`` (1 when some item has
+    ``c <= short_max_new`` and ``m > long_min_cached``, decodes included: the profiler's and
+    vLLM's split-KV condition), ``longest_context`` (max of m) and ``short_prefill_kv`` (sum of m
+    over prefill items with ``c <= short_max_new`` and ``m > long_min_cached``).
+    """
+    tokens = attn = dkv = npf = ndc = pkv = split = longest = spkv = 0
+    if phases is None:
+        pairs: Iterable[tuple[tuple[int, int], bool]] = ((it, it[0] != 1) for it in items)
+    else:
+        pairs = zip(items, phases, strict=True)
+    for (c, m), prefill in pairs:
+        tokens += c
+        if m > longest:
+            longest = m
+        if prefill:
+            attn += c * c + 2 * m * c
+            npf += 1
+            pkv += m
+        else:
+            dkv += m
+            ndc += 1
+        if c <= short_max_new and m > long_min_cached:
+            split = 1
+            if prefill:
+                spkv += m
+    return tokens, attn, dkv, npf, ndc, pkv, split, longest, spkv
+
+
 def item_features(
     items: Iterable[tuple[int, int]], phases: Iterable[bool] | None = None
 ) -> tuple[int, int, int, int, int, int]:
@@ -66,21 +114,7 @@ def item_features(
     or, with ``phases`` (per item: its request has not sampled since its (re)admission), when its
     request is in its prefill phase (Vidur's classification; cost models with ``phase_items``).
     """
-    tokens = attn = dkv = npf = ndc = pkv = 0
-    if phases is None:
-        pairs: Iterable[tuple[tuple[int, int], bool]] = ((it, it[0] != 1) for it in items)
-    else:
-        pairs = zip(items, phases, strict=True)
-    for (c, m), prefill in pairs:
-        tokens += c
-        if prefill:
-            attn += c * c + 2 * m * c
-            npf += 1
-            pkv += m
-        else:
-            dkv += m
-            ndc += 1
-    return tokens, attn, dkv, npf, ndc, pkv
+    return item_terms(items, phases)[:6]
 
 
 def items_step_time(
@@ -89,10 +123,17 @@ def items_step_time(
     """``model``'s time of a step of ``(c, m)`` items: the same floats as the engine's step.
 
     Models flagged ``uses_prefill_kv`` also get ``prefill_kv``; models flagged ``phase_items``
-    class items by ``phases`` when given (see :func:`item_features`), others by size.
+    class items by ``phases`` when given (see :func:`item_features`), others by size; models
+    flagged ``item_priced`` get the item-level terms of :func:`item_terms` (with their own
+    ``short_max_new_tokens`` and ``long_min_cached``).
     """
     if not getattr(model, "phase_items", False):
         phases = None
+    if getattr(model, "item_priced", False):
+        tokens, attn, dkv, npf, ndc, _, split, longest, spkv = item_terms(
+            items, phases, model.short_max_new_tokens, model.long_min_cached
+        )
+        return float(model.step_time(tokens, attn, dkv, npf, ndc, split, longest, spkv))
     tokens, attn, dkv, npf, ndc, pkv = item_features(items, phases)
     if getattr(model, "uses_prefill_kv", False):
         return float(model.step_time(tokens, attn, dkv, npf, ndc, prefill_kv=pkv))
@@ -219,3 +260,158 @@ class LinearCostModel:
             + self.c_prefill * f(num_prefill, dtype=np.float64)
             + self.c_decode * f(num_decode, dtype=np.float64)
         )
+
+
+class ExtendedLinearCostModel(LinearCostModel):
+    """:class:`LinearCostModel` plus a GEMM knee and three item-level terms (``item_priced``).
+
+    ``c0 + c_tokens*max(num_tokens, token_knee) + c_prefill_attn*prefill_attn
+    + c_decode_kv*decode_kv + c_prefill*num_prefill + c_decode*num_decode
+    + c_split_path*split_path + c_longest_context*longest_context
+    + c_short_prefill_kv*short_prefill_kv`` (an empty batch gets no knee).
+
+    Why: below about 128 tokens a step is memory-bound and flat (the knee); a short chunk over a
+    long cached context takes the split-KV attention path, and attention is set by the longest
+    context, not only by the sums (``calibration/README.md``, "Profiles measured on a GPU").
+    The engine prices such a model from each step's items (:func:`items_step_time`); a caller
+    with only the five features gets the item-level terms at 0. A pure-decode step's price
+    depends on its longest context unless ``c_split_path == c_longest_context == 0``
+    (``decode_priced_by_sums``), so otherwise the engine steps decode stretches one at a time.
+    """
+
+    item_priced = True
+    EXTRA_COEFFICIENTS = ("c_split_path", "c_longest_context", "c_short_prefill_kv")
+    TERMS = ("token_knee", "short_max_new_tokens", "long_min_cached")
+
+    def __init__(
+        self,
+        c0: float,
+        c_tokens: float = 0.0,
+        c_prefill_attn: float = 0.0,
+        c_decode_kv: float = 0.0,
+        c_prefill: float = 0.0,
+        c_decode: float = 0.0,
+        c_split_path: float = 0.0,
+        c_longest_context: float = 0.0,
+        c_short_prefill_kv: float = 0.0,
+        name: str = "linear+items",
+        token_knee: int = 0,
+        short_max_new_tokens: int = SHORT_MAX_NEW_TOKENS,
+        long_min_cached: int = LONG_MIN_CACHED,
+    ) -> None:
+        LinearCostModel.__init__(
+            self, c0, c_tokens, c_prefill_attn, c_decode_kv, c_prefill, c_decode, name=name
+        )
+        self._init_terms(
+            {"c_split_path": c_split_path, "c_longest_context": c_longest_context,
+             "c_short_prefill_kv": c_short_prefill_kv},
+            {"token_knee": token_knee, "short_max_new_tokens": short_max_new_tokens,
+             "long_min_cached": long_min_cached},
+        )  # fmt: skip
+
+    def _init_terms(self, extra: dict[str, float], terms: dict[str, int]) -> None:
+        """Validate and set the extra coefficients and the terms' integer parameters."""
+        for key in self.EXTRA_COEFFICIENTS:
+            value = extra.get(key, 0.0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise CostModelError(f"linear cost model: {key} must be a number, got {value!r}")
+            if abs(value) == float("inf"):
+                raise CostModelError(f"linear cost model: {key} must be finite, got {value!r}")
+            setattr(self, key, float(value))
+        defaults = {"token_knee": 0, "short_max_new_tokens": SHORT_MAX_NEW_TOKENS,
+                    "long_min_cached": LONG_MIN_CACHED}  # fmt: skip
+        for key in self.TERMS:
+            value = terms.get(key, defaults[key])
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CostModelError(
+                    f"linear cost model: {key} must be an integer >= 0, got {value!r}"
+                )
+            setattr(self, key, value)
+        self._knee = float(self.token_knee)
+
+    @property
+    def decode_priced_by_sums(self) -> bool:
+        """Whether a pure-decode step's price depends on (n, sum of contexts) only."""
+        return self.c_split_path == 0.0 and self.c_longest_context == 0.0
+
+    def coefficients(self) -> dict[str, float]:
+        """The nine coefficients by name."""
+        return {key: getattr(self, key) for key in self.COEFFICIENTS + self.EXTRA_COEFFICIENTS}
+
+    def terms(self) -> dict[str, int]:
+        """The knee and the short / long thresholds of the item-level terms."""
+        return {key: getattr(self, key) for key in self.TERMS}
+
+    def step_time(
+        self,
+        num_tokens,
+        prefill_attn,
+        decode_kv,
+        num_prefill,
+        num_decode,
+        split_path=0,
+        longest_context=0,
+        short_prefill_kv=0,
+    ) -> float:
+        """Evaluate the model for one batch (item-level terms default to 0)."""
+        t = float(num_tokens)
+        if 0.0 < t < self._knee:
+            t = self._knee
+        return (
+            self.c0
+            + self.c_tokens * t
+            + self.c_prefill_attn * float(prefill_attn)
+            + self.c_decode_kv * float(decode_kv)
+            + self.c_prefill * float(num_prefill)
+            + self.c_decode * float(num_decode)
+            + self.c_split_path * float(split_path)
+            + self.c_longest_context * float(longest_context)
+            + self.c_short_prefill_kv * float(short_prefill_kv)
+        )
+
+    def step_times(
+        self,
+        num_tokens,
+        prefill_attn,
+        decode_kv,
+        num_prefill,
+        num_decode,
+        split_path=0,
+        longest_context=0,
+        short_prefill_kv=0,
+    ):
+        """Vectorised ``step_time`` (same expression order, so equal bit for bit)."""
+        f = np.asarray
+        t = f(num_tokens, dtype=np.float64)
+        t = np.where((t > 0.0) & (t < self._knee), self._knee, t)
+        return (
+            self.c0
+            + self.c_tokens * t
+            + self.c_prefill_attn * f(prefill_attn, dtype=np.float64)
+            + self.c_decode_kv * f(decode_kv, dtype=np.float64)
+            + self.c_prefill * f(num_prefill, dtype=np.float64)
+            + self.c_decode * f(num_decode, dtype=np.float64)
+            + self.c_split_path * f(split_path, dtype=np.float64)
+            + self.c_longest_context * f(longest_context, dtype=np.float64)
+            + self.c_short_prefill_kv * f(short_prefill_kv, dtype=np.float64)
+        )
+
+    def decode_series(
+        self, n: int, m0: int, k: int, start: float, stop: float
+    ) -> tuple[list[float], list[float]]:
+        """:meth:`LinearCostModel.decode_series` through this model's ``step_time``.
+
+        Exact for stepped pure-decode steps when ``decode_priced_by_sums``; the engine does not
+        fast-forward other extended models.
+        """
+        durations: list[float] = []
+        starts = [start]
+        t = start
+        for j in range(k):
+            if t >= stop:
+                break
+            d = self.step_time(n, 0, m0 + j * n, 0, n)
+            durations.append(d)
+            t = t + d
+            starts.append(t)
+        return durations, starts

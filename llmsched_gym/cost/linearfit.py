@@ -11,7 +11,10 @@ Three pieces, shared by :meth:`RooflineCostModel.linearize` and the Vidur fittin
   in every feature;
 * :func:`fit_linear` fits on a seeded train split, minimising *relative* squared error (rows
   weighted by 1 / time, so a 2 ms decode step counts as much as a 400 ms prefill), and reports
-  MAPE and the worst error on the train and held-out splits.
+  MAPE and the worst error on the train and held-out splits;
+* :func:`fit_extended` fits :class:`~llmsched_gym.cost.base.ExtendedLinearCostModel` (GEMM knee
+  and item-level terms) the same way on the same split, and :func:`fit_columns` any design
+  matrix (analysis forms that are not shipped).
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from llmsched_gym.cost.base import LinearCostModel
+from llmsched_gym.cost.base import (
+    LONG_MIN_CACHED,
+    SHORT_MAX_NEW_TOKENS,
+    ExtendedLinearCostModel,
+    LinearCostModel,
+)
 from llmsched_gym.errors import CostModelError
 
 __all__ = [
@@ -28,12 +36,16 @@ __all__ = [
     "FitResult",
     "FitStats",
     "design_batches",
+    "fit_columns",
+    "fit_extended",
     "fit_linear",
     "nnls",
 ]
 
 FEATURES = ("num_tokens", "prefill_attn", "decode_kv", "num_prefill", "num_decode")
 """The five batch features of llmsched_gym.cost.base, in LinearCostModel's coefficient order."""
+ITEM_TERMS = ("split_path", "longest_context", "short_prefill_kv")
+"""The item-level features of ExtendedLinearCostModel, in its coefficient order."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,35 @@ class BatchSet:
             "decode_kv": total(m, ~prefill),
             "num_prefill": total(np.ones_like(c), prefill),
             "num_decode": total(np.ones_like(c), ~prefill),
+        }
+
+    def item_terms(
+        self, short_max_new: int = SHORT_MAX_NEW_TOKENS, long_min_cached: int = LONG_MIN_CACHED
+    ) -> dict[str, np.ndarray]:
+        """The item-level features of every batch (as :func:`~llmsched_gym.cost.base.item_terms`).
+
+        Also ``decode_kv_short_prefill``: ``decode_kv`` of batches holding a prefill with
+        ``c <= short_max_new`` over ``m > long_min_cached`` (0 otherwise), an analysis feature
+        for PyTorch FlashAttention-2's GQA artefact (profiler version 1), never shipped.
+        """
+        n = self.num_batches
+        c, m = self.c, self.m
+        short_long = (c <= short_max_new) & (m > long_min_cached)
+        short_prefill = short_long & (c > 1)
+
+        def total(values: np.ndarray) -> np.ndarray:
+            return np.bincount(self.batch, weights=values, minlength=n).round().astype(np.int64)
+
+        longest = np.zeros(n, dtype=np.int64)
+        np.maximum.at(longest, self.batch, m)
+        has_short_prefill = total(short_prefill.astype(np.int64)) > 0
+        return {
+            "split_path": (total(short_long.astype(np.int64)) > 0).astype(np.int64),
+            "longest_context": longest,
+            "short_prefill_kv": total(np.where(short_prefill, m, 0)),
+            "decode_kv_short_prefill": np.where(
+                has_short_prefill, total(np.where(c == 1, m, 0)), 0
+            ),
         }
 
     def items_of(self, b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -265,6 +306,114 @@ def design_matrix(features: dict[str, np.ndarray]) -> np.ndarray:
     return np.stack(cols, axis=1)
 
 
+def _split(
+    times_s: np.ndarray, seed: int, heldout_fraction: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(times, held-out rows, train rows) of the seeded split; bad input raises."""
+    y = np.asarray(times_s, dtype=np.float64)
+    if y.ndim != 1 or len(y) < 10 or not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise CostModelError("fit_linear needs at least 10 finite step times > 0 seconds")
+    if not (0.0 < heldout_fraction < 1.0):
+        raise CostModelError(f"heldout_fraction must be in (0, 1), got {heldout_fraction!r}")
+    order = np.random.default_rng(seed).permutation(len(y))
+    n_held = max(1, int(round(heldout_fraction * len(y))))
+    return y, order[:n_held], order[n_held:]
+
+
+def _solve(a: np.ndarray, y: np.ndarray, train: np.ndarray, min_c0_s: float) -> np.ndarray:
+    """Relative-error NNLS coefficients of design matrix ``a`` (column 0: the intercept)."""
+    # Relative error: divide each row by its time, then scale columns to unit norm so that the
+    # solver sees a well-conditioned problem (prefill_attn is ~1e7 where num_prefill is ~1).
+    aw = a[train] / y[train, None]
+    scale = np.linalg.norm(aw, axis=0)
+    scale[scale == 0] = 1.0
+    coef = nnls(aw / scale, np.ones(len(train))) / scale
+    coef[0] = max(coef[0], min_c0_s)
+    return coef
+
+
+def fit_columns(
+    columns: list[np.ndarray],
+    times_s: np.ndarray,
+    seed: int = 0,
+    heldout_fraction: float = 0.2,
+    min_c0_s: float = 1e-6,
+) -> tuple[np.ndarray, FitStats, FitStats]:
+    """Fit ``c0 + sum_i coef_i * columns[i]`` as :func:`fit_linear` does (same split).
+
+    Returns:
+        ``(coefficients with the intercept first, train stats, held-out stats)``.
+    """
+    y, held, train = _split(times_s, seed, heldout_fraction)
+    cols = [np.ones(len(y))] + [np.asarray(col, dtype=np.float64) for col in columns]
+    a = np.stack(cols, axis=1)
+    coef = _solve(a, y, train, min_c0_s)
+    pred = a @ coef
+    return coef, FitStats.of(pred[train], y[train]), FitStats.of(pred[held], y[held])
+
+
+def knee_tokens(num_tokens: np.ndarray, knee: int) -> np.ndarray:
+    """``max(num_tokens, knee)`` for non-empty batches (ExtendedLinearCostModel's token term)."""
+    t = np.asarray(num_tokens, dtype=np.float64)
+    return np.where((t > 0.0) & (t < knee), float(knee), t)
+
+
+def _result(model, pred, y, train, held, seed: int, heldout_fraction: float) -> FitResult:
+    """The fitted model with its train and held-out errors."""
+    return FitResult(
+        model=model,
+        train=FitStats.of(pred[train], y[train]),
+        heldout=FitStats.of(pred[held], y[held]),
+        seed=seed,
+        heldout_fraction=heldout_fraction,
+        heldout_index=np.sort(held),
+    )
+
+
+def fit_extended(
+    features: dict[str, np.ndarray],
+    terms: dict[str, np.ndarray],
+    times_s: np.ndarray,
+    name: str,
+    token_knee: int = 128,
+    seed: int = 0,
+    heldout_fraction: float = 0.2,
+    min_c0_s: float = 1e-6,
+    short_max_new_tokens: int = SHORT_MAX_NEW_TOKENS,
+    long_min_cached: int = LONG_MIN_CACHED,
+) -> FitResult:
+    """Fit an ExtendedLinearCostModel like :func:`fit_linear` (same split, same solver).
+
+    Args:
+        features: the five features (:data:`FEATURES`).
+        terms: the item-level features (:data:`ITEM_TERMS`, from :meth:`BatchSet.item_terms`
+            with the same thresholds).
+        times_s: the measured step times in seconds (> 0).
+        name: name for the fitted model.
+        token_knee: the knee of the token term (fixed, not fitted).
+        seed: seed of the train / held-out permutation (as :func:`fit_linear`).
+        heldout_fraction: share of batches kept out of the fit.
+        min_c0_s: floor on the intercept.
+        short_max_new_tokens: recorded in the model (the thresholds ``terms`` were computed
+            with).
+        long_min_cached: likewise.
+    """
+    y, held, train = _split(times_s, seed, heldout_fraction)
+    cols = [np.ones(len(y)), knee_tokens(features["num_tokens"], token_knee)]
+    cols += [np.asarray(features[f], dtype=np.float64) for f in FEATURES[1:]]
+    cols += [np.asarray(terms[f], dtype=np.float64) for f in ITEM_TERMS]
+    coef = _solve(np.stack(cols, axis=1), y, train, min_c0_s)
+    model = ExtendedLinearCostModel(
+        *(float(v) for v in coef),
+        name=name,
+        token_knee=token_knee,
+        short_max_new_tokens=short_max_new_tokens,
+        long_min_cached=long_min_cached,
+    )
+    pred = model.step_times(*(features[f] for f in FEATURES), *(terms[f] for f in ITEM_TERMS))
+    return _result(model, pred, y, train, held, seed, heldout_fraction)
+
+
 def fit_linear(
     features: dict[str, np.ndarray],
     times_s: np.ndarray,
@@ -286,29 +435,8 @@ def fit_linear(
     Returns:
         The fitted model with train and held-out errors.
     """
-    y = np.asarray(times_s, dtype=np.float64)
-    if y.ndim != 1 or len(y) < 10 or not np.all(np.isfinite(y)) or np.any(y <= 0):
-        raise CostModelError("fit_linear needs at least 10 finite step times > 0 seconds")
-    if not (0.0 < heldout_fraction < 1.0):
-        raise CostModelError(f"heldout_fraction must be in (0, 1), got {heldout_fraction!r}")
-    a = design_matrix(features)
-    order = np.random.default_rng(seed).permutation(len(y))
-    n_held = max(1, int(round(heldout_fraction * len(y))))
-    held, train = order[:n_held], order[n_held:]
-    # Relative error: divide each row by its time, then scale columns to unit norm so that the
-    # solver sees a well-conditioned problem (prefill_attn is ~1e7 where num_prefill is ~1).
-    aw = a[train] / y[train, None]
-    scale = np.linalg.norm(aw, axis=0)
-    scale[scale == 0] = 1.0
-    coef = nnls(aw / scale, np.ones(len(train))) / scale
-    coef[0] = max(coef[0], min_c0_s)
+    y, held, train = _split(times_s, seed, heldout_fraction)
+    coef = _solve(design_matrix(features), y, train, min_c0_s)
     model = LinearCostModel(*(float(v) for v in coef), name=name)
     pred = model.step_times(*(features[f] for f in FEATURES))
-    return FitResult(
-        model=model,
-        train=FitStats.of(pred[train], y[train]),
-        heldout=FitStats.of(pred[held], y[held]),
-        seed=seed,
-        heldout_fraction=heldout_fraction,
-        heldout_index=np.sort(held),
-    )
+    return _result(model, pred, y, train, held, seed, heldout_fraction)

@@ -9,7 +9,10 @@ Accepted specs (the ``--cost-model`` flag of ``llmsched-gym simulate``):
 * ``infermax:<model>`` (``infermax:llama-2-7b``, ``infermax:llama-3-70b``): InferMax's §3.2 cost
   model with the authors' coefficients (``llmsched_gym.cost.infermax``);
 * a path to a profile YAML file (``kind: linear`` with the six coefficients; see
-  ``llmsched_gym/cost/profiles/vidur-*.yaml`` for the format).
+  ``llmsched_gym/cost/profiles/vidur-*.yaml`` for the format). A profile may add the item-level
+  coefficients of :class:`~llmsched_gym.cost.base.ExtendedLinearCostModel` and a ``terms``
+  mapping (``token_knee``, ``short_max_new_tokens``, ``long_min_cached``); it then loads as a
+  :class:`ProfiledExtendedCostModel` (see ``torch-*.yaml``).
 
 Every model the registry returns, except ``constant``, carries ``.model``, ``.gpu`` and ``.tp``
 (None when a user file omits them) and a
@@ -30,7 +33,12 @@ from typing import Any
 import yaml
 
 from llmsched_gym import _yaml
-from llmsched_gym.cost.base import ConstantCostModel, CostModel, LinearCostModel
+from llmsched_gym.cost.base import (
+    ConstantCostModel,
+    CostModel,
+    ExtendedLinearCostModel,
+    LinearCostModel,
+)
 from llmsched_gym.cost.capacity import MemoryOverheads, num_gpu_blocks
 from llmsched_gym.cost.hardware import list_gpus, list_models, resolve_gpu, resolve_model
 from llmsched_gym.cost.roofline import RooflineCostModel
@@ -38,6 +46,7 @@ from llmsched_gym.errors import CostModelError
 
 __all__ = [
     "ProfileInfo",
+    "ProfiledExtendedCostModel",
     "ProfiledLinearCostModel",
     "list_profiles",
     "load_cost_model",
@@ -59,6 +68,7 @@ _PROFILE_KEYS = {
     "source",
     "created",
     "script",
+    "terms",
 }
 
 
@@ -129,6 +139,30 @@ class ProfiledLinearCostModel(LinearCostModel):
         return f"ProfiledLinearCostModel({self.name!r})"
 
 
+class ProfiledExtendedCostModel(ExtendedLinearCostModel, ProfiledLinearCostModel):
+    """An :class:`~llmsched_gym.cost.base.ExtendedLinearCostModel` loaded from a profile file."""
+
+    def __init__(
+        self,
+        coefficients: dict[str, float],
+        name: str,
+        model: str | None = None,
+        gpu: str | None = None,
+        tp: int | None = None,
+        fit: dict[str, Any] | None = None,
+        source: dict[str, Any] | None = None,
+        path: str | None = None,
+        terms: dict[str, int] | None = None,
+    ) -> None:
+        extra = {k: coefficients[k] for k in self.EXTRA_COEFFICIENTS if k in coefficients}
+        base = {k: v for k, v in coefficients.items() if k not in extra}
+        ProfiledLinearCostModel.__init__(self, base, name, model, gpu, tp, fit, source, path)
+        self._init_terms(extra, dict(terms or {}))
+
+    def __repr__(self) -> str:
+        return f"ProfiledExtendedCostModel({self.name!r})"
+
+
 def _profile_dir_files() -> list[Any]:
     root = resources.files("llmsched_gym.cost").joinpath("profiles")
     return sorted(
@@ -192,10 +226,20 @@ def _parse_profile(doc: Any, where: str) -> ProfiledLinearCostModel:
         raise CostModelError(f"{where}: kind must be 'linear', got {doc.get('kind')!r}")
     coef = doc.get("coefficients")
     expected = set(LinearCostModel.COEFFICIENTS)
-    if not isinstance(coef, dict) or set(coef) != expected:
+    extra = set(ExtendedLinearCostModel.EXTRA_COEFFICIENTS)
+    if not isinstance(coef, dict) or not expected <= set(coef) <= expected | extra:
         got = sorted(coef) if isinstance(coef, dict) else coef
         raise CostModelError(
-            f"{where}: coefficients must map exactly {sorted(expected)} to seconds, got {got}"
+            f"{where}: coefficients must map exactly {sorted(expected)} (and optionally "
+            f"{sorted(extra)}) to seconds, got {got}"
+        )
+    terms = doc.get("terms")
+    if terms is not None and (
+        not isinstance(terms, dict) or not set(terms) <= set(ExtendedLinearCostModel.TERMS)
+    ):
+        raise CostModelError(
+            f"{where}: terms must map some of {list(ExtendedLinearCostModel.TERMS)} to integers, "
+            f"got {terms!r}"
         )
     for key, value in coef.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -211,6 +255,18 @@ def _parse_profile(doc: Any, where: str) -> ProfiledLinearCostModel:
         raise CostModelError(f"{where}: tp must be a positive integer, got {tp!r}")
     name = str(doc.get("name") or where)
     try:
+        if terms is not None or set(coef) & extra:
+            return ProfiledExtendedCostModel(
+                {k: float(v) for k, v in coef.items()},
+                name=name,
+                model=model,
+                gpu=gpu,
+                tp=tp,
+                fit=doc.get("fit"),
+                source=doc.get("source"),
+                path=where,
+                terms=terms,
+            )
         return ProfiledLinearCostModel(
             {k: float(v) for k, v in coef.items()},
             name=name,

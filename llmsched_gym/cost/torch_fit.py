@@ -6,10 +6,17 @@ GPU machine only has to measure and the fit can run anywhere.
 
 From one measurement folder (``operators.csv``, ``steps.csv``, ``meta.json``):
 
-1. **Fit.** The 6-coefficient :class:`~llmsched_gym.cost.base.LinearCostModel` is fitted to the
-   measured whole-step times by relative-error NNLS on a seeded 80% split
-   (:func:`~llmsched_gym.cost.linearfit.fit_linear`); the other 20% are never used in the fit and
-   give the held-out error.
+1. **Fit.** The profile is fitted to the measured whole-step times by relative-error NNLS on a
+   seeded 80% split; the other 20% are never used in the fit and give the held-out error. The
+   shipped form (``form="extended"``, the default) is
+   :class:`~llmsched_gym.cost.base.ExtendedLinearCostModel`: the six linear coefficients with the
+   token term's GEMM knee fixed at :data:`TOKEN_KNEE` tokens (fixed a priori, not chosen on the
+   held-out steps), plus the split-KV path indicator, the longest context and the cached tokens
+   of short prefills (:func:`~llmsched_gym.cost.linearfit.fit_extended`). The plain
+   6-coefficient :class:`~llmsched_gym.cost.base.LinearCostModel` (``form="linear"``) is always
+   fitted too, and a table of forms (:data:`FORMS`) gives each one's error on the same split,
+   including an analysis-only term for PyTorch FlashAttention-2's GQA artefact of profiler
+   version 1 (never shipped: vLLM's kernels do not have it).
 2. **Composition (Vidur's method).** Step times are also composed from the operator tables --
    token-level operators interpolated at the batch's token count and summed per layer, prefill
    attention per request from the (chunk, context) grid, decode attention from the (batch, mean
@@ -37,13 +44,22 @@ from llmsched_gym.cost.fit import _median, _read_csv, _Rows2D, _stats
 from llmsched_gym.cost.hardware import get_model
 from llmsched_gym.cost.linearfit import (
     FEATURES,
+    ITEM_TERMS,
     BatchSet,
     FitResult,
     FitStats,
     design_batches,
+    fit_columns,
+    fit_extended,
     fit_linear,
+    knee_tokens,
 )
-from llmsched_gym.cost.torch_profile import SAMPLE_OPERATORS, STEP_OPERATORS, TOKEN_OPERATORS
+from llmsched_gym.cost.torch_profile import (
+    PROFILER_VERSION,
+    SAMPLE_OPERATORS,
+    STEP_OPERATORS,
+    TOKEN_OPERATORS,
+)
 from llmsched_gym.errors import CostModelError
 
 __all__ = [
@@ -54,12 +70,54 @@ __all__ = [
     "fit_measurements",
     "load_measurements",
     "profile_document",
+    "profiler_version",
     "vidur_crosscheck",
     "write_fit_outputs",
 ]
 
 KINDS = ("decode-only", "one prefill", "several prefills", "mixed")
 TOKEN_BINS = (0, 16, 128, 512, 2048, 1 << 30)
+TOKEN_KNEE = 128
+"""Knee of the extended form's token term: below it a step reads the weights once and is flat."""
+PROFILER_VERSIONS = {
+    1: "one attention call per batch (mixed batches: decode KV read once per query head by "
+    "PyTorch's FlashAttention-2 for GQA models)",
+    2: "a mixed batch's decode rows and prefill rows in separate attention calls",
+}
+
+
+def profiler_version(meta: dict[str, Any]) -> int:
+    """The profiler version a measurement was taken with (1 when meta.json predates the field)."""
+    return int(meta.get("profiler_version", 1))
+
+
+def _form_columns(
+    feats: dict[str, np.ndarray], terms: dict[str, np.ndarray], knee: int
+) -> dict[str, list[np.ndarray]]:
+    """Design columns (without the intercept) of every form of :data:`FORMS`."""
+    knee_t = knee_tokens(feats["num_tokens"], knee)
+    rest = [feats[f] for f in FEATURES[1:]]
+    plain = [feats[f] for f in FEATURES]
+    ext = [knee_t, *rest, *(terms[f] for f in ITEM_TERMS)]
+    return {
+        "linear": plain,
+        "knee": [knee_t, *rest],
+        "knee+split": [knee_t, *rest, terms["split_path"]],
+        "extended": ext,
+        "extended+gqa": [*ext, terms["decode_kv_short_prefill"]],
+    }
+
+
+FORMS = {
+    "linear": 'linear, six coefficients (`form="linear"`)',
+    "knee": "`num_tokens` -> `max(num_tokens, {knee})` (GEMM knee)",
+    "knee+split": "+ split-KV path: some item with <= 128 new tokens over > 512 cached",
+    "extended": "+ longest context, + cached tokens of short prefills (**shipped**, "
+    '`form="extended"`)',
+    "extended+gqa": "+ decode KV x [a prefill of <= 128 new tokens over > 512 cached] "
+    "(analysis only: FlashAttention-2's GQA artefact, never shipped)",
+}
+"""Forms compared in every report (same split); only ``linear`` and ``extended`` are shipped."""
 
 
 @dataclass
@@ -201,7 +259,13 @@ class TorchFit:
 
     meas: Measurements
     fit: FitResult
-    """Fitted on the measured steps' train split."""
+    """The profile of ``form``, fitted on the measured steps' train split."""
+    linear_fit: FitResult
+    """The plain six-coefficient profile, fitted on the same split."""
+    form: str
+    """``extended`` or ``linear``: which fit the profile ships."""
+    forms: pd.DataFrame
+    """Every form of :data:`FORMS` on the same split: train and held-out errors."""
     composed_fit: FitResult
     """Fitted on composed step times of a 2000-batch design."""
     composed_fit_heldout: FitStats
@@ -219,7 +283,7 @@ def _ape(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
 
 
 def region_table(pred: pd.DataFrame) -> pd.DataFrame:
-    """MAPE / p90 / max error of the fit (held-out and all) and of the composition per region."""
+    """Errors per region: the fit (held-out, all), the plain linear fit, the composition."""
     rows = []
     tok_bins = pd.cut(pred["num_tokens"], TOKEN_BINS, right=False)
     groups: list[tuple[str, pd.Series]] = [("all", pd.Series(True, index=pred.index))]
@@ -234,6 +298,7 @@ def region_table(pred: pd.DataFrame) -> pd.DataFrame:
         held = sub[sub["heldout"]]
         fit_ape = _ape(sub["fitted_s"].to_numpy(), sub["measured_s"].to_numpy())
         held_ape = _ape(held["fitted_s"].to_numpy(), held["measured_s"].to_numpy())
+        lin_ape = _ape(held["linear_s"].to_numpy(), held["measured_s"].to_numpy())
         comp_ape = _ape(sub["composed_s"].to_numpy(), sub["measured_s"].to_numpy())
         rows.append(
             {
@@ -242,6 +307,7 @@ def region_table(pred: pd.DataFrame) -> pd.DataFrame:
                 "n_heldout": len(held),
                 "heldout_mape_pct": float(held_ape.mean()) if len(held) else np.nan,
                 "heldout_max_pct": float(held_ape.max()) if len(held) else np.nan,
+                "linear_heldout_mape_pct": float(lin_ape.mean()) if len(held) else np.nan,
                 "fit_mape_pct": float(fit_ape.mean()),
                 "fit_p90_pct": float(np.percentile(fit_ape, 90)),
                 "fit_max_pct": float(fit_ape.max()),
@@ -283,12 +349,68 @@ def gpu_of(meta: dict[str, Any]) -> str | None:
     return None
 
 
-def fit_measurements(meas: Measurements, seed: int = 0, heldout_fraction: float = 0.2) -> TorchFit:
-    """Fit the profile on measured steps; compose from operators; tabulate errors by region."""
+def _fit_form(
+    form: str, batches: BatchSet, y: np.ndarray, name: str, seed: int, frac: float, knee: int
+) -> FitResult:
+    feats = batches.features()
+    if form == "linear":
+        return fit_linear(feats, y, name, seed=seed, heldout_fraction=frac)
+    terms = batches.item_terms()
+    return fit_extended(feats, terms, y, name, token_knee=knee, seed=seed, heldout_fraction=frac)
+
+
+def _predict(model: Any, batches: BatchSet) -> np.ndarray:
+    feats = batches.features()
+    if getattr(model, "item_priced", False):
+        terms = batches.item_terms(model.short_max_new_tokens, model.long_min_cached)
+        return model.step_times(*(feats[f] for f in FEATURES), *(terms[f] for f in ITEM_TERMS))
+    return model.step_times(*(feats[f] for f in FEATURES))
+
+
+def forms_table(
+    batches: BatchSet, y: np.ndarray, seed: int, heldout_fraction: float, knee: int
+) -> pd.DataFrame:
+    """Train and held-out errors of every form of :data:`FORMS` on the same seeded split."""
+    cols = _form_columns(batches.features(), batches.item_terms(), knee)
+    rows = []
+    for key, label in FORMS.items():
+        _, train, held = fit_columns(cols[key], y, seed=seed, heldout_fraction=heldout_fraction)
+        rows.append(
+            {
+                "form": key,
+                "description": label.format(knee=knee),
+                "train_mape_pct": train.mape_pct,
+                "heldout_mape_pct": held.mape_pct,
+                "heldout_p90_pct": held.p90_ape_pct,
+                "heldout_max_pct": held.max_ape_pct,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def fit_measurements(
+    meas: Measurements,
+    seed: int = 0,
+    heldout_fraction: float = 0.2,
+    form: str = "extended",
+    token_knee: int = TOKEN_KNEE,
+) -> TorchFit:
+    """Fit the profile on measured steps; compose from operators; tabulate errors by region.
+
+    Args:
+        meas: the measurements.
+        seed: seed of the train / held-out split.
+        heldout_fraction: share of measured steps kept out of the fit.
+        form: ``extended`` (ExtendedLinearCostModel, shipped) or ``linear`` (six coefficients).
+        token_knee: knee of the extended form's token term.
+    """
+    if form not in ("extended", "linear"):
+        raise CostModelError(f"fit form must be 'extended' or 'linear', got {form!r}")
     name, _, _ = profile_name(meas)
     feats = meas.steps.features()
     y = meas.step_times_s
-    fit = fit_linear(feats, y, name, seed=seed, heldout_fraction=heldout_fraction)
+    fit = _fit_form(form, meas.steps, y, name, seed, heldout_fraction, token_knee)
+    linear_fit = fit_linear(feats, y, name, seed=seed, heldout_fraction=heldout_fraction)
     held = np.zeros(len(y), dtype=bool)
     held[fit.heldout_index] = True
     composer = OperatorComposer(meas)
@@ -301,11 +423,11 @@ def fit_measurements(meas: Measurements, seed: int = 0, heldout_fraction: float 
         max_num_seqs=int(g["max_num_seqs"]),
         max_model_len=int(g["max_model_len"]),
     )
-    composed_fit = fit_linear(
-        design.features(), composer.step_times(design), name + " (composed)", seed=seed
+    composed_fit = _fit_form(
+        form, design, composer.step_times(design), name + " (composed)", seed, 0.2, token_knee
     )
-    fitted = fit.model.step_times(*(feats[f] for f in FEATURES))
-    comp_pred = composed_fit.model.step_times(*(feats[f] for f in FEATURES))
+    fitted = _predict(fit.model, meas.steps)
+    comp_pred = _predict(composed_fit.model, meas.steps)
     pred = pd.DataFrame(
         {
             "kind": batch_kinds(meas.steps),
@@ -313,6 +435,7 @@ def fit_measurements(meas: Measurements, seed: int = 0, heldout_fraction: float 
             "num_items": np.bincount(meas.steps.batch, minlength=meas.steps.num_batches),
             "measured_s": y,
             "fitted_s": fitted,
+            "linear_s": _predict(linear_fit.model, meas.steps),
             "composed_s": composed,
             "composed_fit_s": comp_pred,
             "heldout": held,
@@ -321,6 +444,9 @@ def fit_measurements(meas: Measurements, seed: int = 0, heldout_fraction: float 
     return TorchFit(
         meas=meas,
         fit=fit,
+        linear_fit=linear_fit,
+        form=form,
+        forms=forms_table(meas.steps, y, seed, heldout_fraction, token_knee),
         composed_fit=composed_fit,
         composed_fit_heldout=FitStats.of(comp_pred[held], y[held]),
         composition=FitStats.of(composed, y),
@@ -340,14 +466,17 @@ def profile_document(tf: TorchFit, created: str | None = None) -> dict[str, Any]
         "gpu": gpu,
         "tp": 1,
         "coefficients": tf.fit.model.coefficients(),
+        **({"terms": tf.fit.model.terms()} if tf.form == "extended" else {}),
         "units": "seconds; features as defined in llmsched_gym/cost/base.py",
         "fit": {
             "method": "relative-error non-negative least squares (Lawson-Hanson), seeded split "
             "of measured whole steps",
+            "form": tf.form,
             "seed": tf.fit.seed,
             "heldout_fraction": tf.fit.heldout_fraction,
             "train": _stats(tf.fit.train),
             "heldout": _stats(tf.fit.heldout),
+            "linear_form_heldout": _stats(tf.linear_fit.heldout),
         },
         "source": {
             "data": "whole engine steps and operators measured with PyTorch by "
@@ -357,6 +486,7 @@ def profile_document(tf: TorchFit, created: str | None = None) -> dict[str, Any]
             if meta["config"].get("cuda_graphs")
             else "PyTorch CPU kernels, perf_counter timing",
             "not_counted": "CPU-side scheduling and input preparation; tensor parallelism",
+            "profiler_version": profiler_version(meta),
             "hardware": meta["hardware"],
             "model_config": meta.get("model_config"),
             "dtype": meta.get("dtype"),
@@ -451,7 +581,7 @@ def plot_fit(tf: TorchFit, path: str | Path) -> Path:
         xscale="log", xlabel="tokens in the step", ylabel="|fitted - measured| / measured (%)"
     )
     name, _, _ = profile_name(tf.meas)
-    fig.suptitle(f"{name}: linear profile vs measured steps")
+    fig.suptitle(f"{name}: {tf.form} profile vs measured steps")
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -466,6 +596,15 @@ def report_markdown(tf: TorchFit, cross: pd.DataFrame | None, plot_name: str | N
     meta = tf.meas.meta
     hw = meta["hardware"]
     coef = tf.fit.model.coefficients()
+    version = profiler_version(meta)
+    current = (
+        "the current version"
+        if version == PROFILER_VERSION
+        else f"current: {PROFILER_VERSION}, re-measure to update"
+    )
+    terms = ""
+    if tf.form == "extended":
+        terms = f" Terms (token knee and short / long thresholds): {tf.fit.model.terms()}."
     lines = [
         f"# {name}: cost profile from measured steps",
         "",
@@ -475,11 +614,15 @@ def report_markdown(tf: TorchFit, cross: pd.DataFrame | None, plot_name: str | N
         f"weights); {tf.meas.steps.num_batches} whole steps, "
         f"{len(tf.meas.operators)} operator points; profiler settings {meta['config']}.",
         "",
-        "## Fitted coefficients (seconds)",
+        f"Profiler version {version} ({current}): {PROFILER_VERSIONS.get(version, 'unknown')}.",
+        "",
+        f"## Fitted coefficients of the shipped {tf.form} form (seconds)",
         "",
         "| " + " | ".join(coef) + " |",
         "|" + "---|" * len(coef),
         "| " + " | ".join(f"{v:.4g}" for v in coef.values()) + " |",
+        "",
+        f"Features as defined in `llmsched_gym/cost/base.py`.{terms}",
         "",
         "## Accuracy",
         "",
@@ -487,8 +630,9 @@ def report_markdown(tf: TorchFit, cross: pd.DataFrame | None, plot_name: str | N
         "|---|---|---|---|---|",
     ]
     for label, s in (
-        ("linear fit, train split of measured steps", tf.fit.train),
-        ("**linear fit, held-out measured steps**", tf.fit.heldout),
+        (f"{tf.form} fit, train split of measured steps", tf.fit.train),
+        (f"**{tf.form} fit, held-out measured steps**", tf.fit.heldout),
+        ("plain linear fit (six coefficients), held-out measured steps", tf.linear_fit.heldout),
         ("operator composition vs measured steps (all)", tf.composition),
         (
             "profile fitted on composed steps, on the held-out measured steps",
@@ -498,12 +642,21 @@ def report_markdown(tf: TorchFit, cross: pd.DataFrame | None, plot_name: str | N
         lines.append(
             f"| {label} | {s.n} | {s.mape_pct:.2f} | {s.p90_ape_pct:.2f} | {s.max_ape_pct:.2f} |"
         )
+    forms = tf.forms.drop(columns="form").round(2)
     lines += [
         "",
-        "## Where the linear model breaks down",
+        "## Forms compared on the same split",
         "",
-        "Errors of the fitted profile (held-out and all measured steps) and of the operator "
-        "composition, by batch kind and by tokens per step:",
+        "Each form fitted on the same train split (relative-error NNLS), errors on the same "
+        "held-out steps:",
+        "",
+        markdown_table(forms),
+        "",
+        "## Where the model breaks down",
+        "",
+        "Errors of the fitted profile (held-out and all measured steps), the plain linear "
+        "form's held-out MAPE, and the operator composition's errors, by batch kind and by "
+        "tokens per step:",
         "",
         markdown_table(tf.regions),
         "",
@@ -539,6 +692,16 @@ def write_fit_outputs(
         "prefill_attn\n#             + c_decode_kv*decode_kv + c_prefill*num_prefill + "
         "c_decode*num_decode\n"
     )
+    if tf.form == "extended":
+        header = (
+            "# Fitted extended linear cost profile (ExtendedLinearCostModel). Generated by "
+            "`llmsched-gym calibrate --backend torch`; do not edit by hand.\n"
+            "# step_time_s = c0 + c_tokens*max(num_tokens, token_knee) + c_prefill_attn*"
+            "prefill_attn\n#             + c_decode_kv*decode_kv + c_prefill*num_prefill + "
+            "c_decode*num_decode\n#             + c_split_path*split_path + c_longest_context*"
+            "longest_context\n#             + c_short_prefill_kv*short_prefill_kv  "
+            "(item-level features: llmsched_gym/cost/base.py)\n"
+        )
     profile_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = profile_path.with_name(profile_path.name + ".tmp")
     tmp.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=100))

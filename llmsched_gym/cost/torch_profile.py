@@ -8,8 +8,9 @@ What one engine step runs, per layer (vLLM's Llama forward, with PyTorch's kerne
 for vLLM's custom ones)::
 
     input_layernorm -> attn_pre_proj (fused q/k/v) -> attn_rope -> attn_kv_write (new K/V into the
-    cache) -> attention (FlashAttention varlen over the cached + new tokens of every request, one
-    kernel for the whole mixed batch, as vLLM V1 does) -> attn_post_proj -> add ->
+    cache) -> attention (FlashAttention varlen over the cached + new tokens of every request; a
+    mixed batch runs its decode rows and its prefill rows in two calls, see below) ->
+    attn_post_proj -> add ->
     post_attention_layernorm -> mlp_up_proj (fused gate/up) -> mlp_act (SiLU * up) ->
     mlp_down_proj -> add
 
@@ -31,6 +32,16 @@ replay; the median is kept. Graph replay removes the CPU launch gaps that eager 
 (vLLM itself runs steps under CUDA graphs), so the figures are GPU times. On CPU the same
 callables are timed with ``time.perf_counter`` (median of ``repeats``), so CI can run the whole
 pipeline on a tiny model.
+
+Attention of a mixed batch (profiler version 2, :data:`PROFILER_VERSION`): vLLM V1 runs one
+FlashAttention-3 varlen call for the whole batch, and FA3 packs the query heads of a KV group
+into one tile for decode rows in mixed batches too. PyTorch's FlashAttention-2 packs them only
+when the call's ``max_seqlen_q`` is 1, so one call for a mixed batch reads every decode's KV once
+per query head instead of once per KV head (an artefact that made GQA models' mixed steps look
+slow, see ``calibration/README.md``). Version 2 therefore runs the decode rows (requests with one
+new token) in their own call (``max_seqlen_q == 1``) and the prefill rows in another; batches of
+one kind still run one call. Version 1 (one call per batch; the H200 data of 2026-11-23) is
+``ProfilerConfig(separate_decode_attention=False)``.
 """
 
 from __future__ import annotations
@@ -53,12 +64,17 @@ from llmsched_gym.cost.linearfit import BatchSet, design_batches
 from llmsched_gym.errors import CostModelError
 
 __all__ = [
+    "PROFILER_VERSION",
     "TINY_LLAMA",
     "ProfileGrid",
     "ProfilerConfig",
     "model_spec",
     "run_profile",
 ]
+
+PROFILER_VERSION = 2
+"""Recorded as ``profiler_version`` in meta.json. 1 (no field): one attention call per batch;
+2: a mixed batch's decode rows and prefill rows in separate attention calls."""
 
 TOKEN_OPERATORS = (
     "input_layernorm",
@@ -211,6 +227,10 @@ class ProfilerConfig:
     """Split-KV ("flash-decoding") chunk for requests with few new tokens (0: off). vLLM's
     attention backends split long KV for decodes; PyTorch's FlashAttention varlen kernel does
     not, so without this a few long decodes run on a handful of SMs."""
+    separate_decode_attention: bool = True
+    """Run a mixed batch's decode rows in their own attention call (``max_seqlen_q == 1``, so
+    FlashAttention-2 packs GQA heads as vLLM's FA3 does) and its prefill rows in another
+    (profiler version 2); False: one call per batch (version 1)."""
     flush_l2_mib: int = 256
     """Bytes written between timed CUDA replays so no run starts with a warm L2 (0: off)."""
     seed: int = 0
@@ -381,11 +401,19 @@ class SplitPlan:
         )
 
 
-def split_plan(c: Sequence[int], m: Sequence[int], chunk: int) -> SplitPlan | None:
-    """The split-KV plan of a batch, or None when no request has cached KV worth splitting."""
+def split_plan(
+    c: Sequence[int], m: Sequence[int], chunk: int, k_start: Sequence[int] | None = None
+) -> SplitPlan | None:
+    """The split-KV plan of a batch, or None when no request has cached KV worth splitting.
+
+    ``k_start``: where each request's KV starts in the cache (default: packed in item order).
+    """
     c = np.asarray(c, np.int64)
     m = np.asarray(m, np.int64)
-    k0 = np.concatenate([[0], np.cumsum(c + m)[:-1]])
+    if k_start is None:
+        k0 = np.concatenate([[0], np.cumsum(c + m)[:-1]])
+    else:
+        k0 = np.asarray(k_start, np.int64)
     q0 = np.concatenate([[0], np.cumsum(c)[:-1]])
     split = (c <= SPLIT_MAX_NEW_TOKENS) & (m > chunk)
     if not split.any():
@@ -417,6 +445,47 @@ def split_plan(c: Sequence[int], m: Sequence[int], chunk: int) -> SplitPlan | No
         b_max_k=int(b_used.max()),
         num_rows=int(c.sum()),
     )
+
+
+def attention_groups(c: Sequence[int], separate_decodes: bool = True) -> list[np.ndarray]:
+    """Item indices of each attention call of a batch, in call order.
+
+    With ``separate_decodes`` a batch holding both decodes (one new token) and prefills runs two
+    calls, decodes first; any other batch runs one call over all its items.
+    """
+    c = np.asarray(c, np.int64)
+    dec = c == 1
+    if separate_decodes and dec.any() and not dec.all():
+        return [np.flatnonzero(dec), np.flatnonzero(~dec)]
+    return [np.arange(len(c))]
+
+
+@dataclass
+class _AttnGroup:
+    """One attention call: some items' query rows over their KV (see :func:`attention_groups`)."""
+
+    items: np.ndarray
+    """Item indices of the batch this call covers."""
+    rows: np.ndarray
+    """The batch's query rows of those items, in item order."""
+    whole: bool
+    """The call covers the whole batch (KV packed from 0, no ``seqused_k`` needed)."""
+    q_slice: tuple[int, int] | None
+    """``rows`` as a contiguous range, or None (then ``rows_t`` gathers them)."""
+    rows_t: Any
+    cu_q: Any
+    cu_k: Any
+    """KV start of each item (plus the end): cumulative when ``whole``, else cache offsets."""
+    used_k: Any
+    """KV length of each item (None when ``whole``)."""
+    max_q: int
+    max_k: int
+    kv_total: int
+    spans: list[tuple[int, int, int, int]]
+    """CPU: (q0, q1) within the group's rows and (k0, k1) in the cache, per item."""
+    masks: list[Any]
+    split: Any = None
+    """The device :class:`SplitPlan` of the call (split-KV, FlashAttention only) or None."""
 
 
 def combine_partials(o: Any, lse: Any, rows: Any, num_rows: int) -> Any:
@@ -598,34 +667,44 @@ class _Model:
     def attention(self, q: Any, batch: _BatchInputs) -> Any:
         """Causal attention of each request's new tokens over its cached + new tokens.
 
-        CUDA: one FlashAttention varlen kernel for the whole batch (bottom-right causal mask, GQA
-        native). CPU: scaled_dot_product_attention per request with a lower-right causal mask.
+        One :meth:`attend` call per attention group (a mixed batch: decodes, then prefills), the
+        outputs put back in the batch's row order.
+        """
+        groups = batch.groups
+        if len(groups) == 1:
+            return self.attend(q, groups[0])
+        outs = []
+        for g in groups:
+            qg = q[g.q_slice[0] : g.q_slice[1]] if g.q_slice else q.index_select(0, g.rows_t)
+            outs.append(self.attend(qg, g))
+        o = self.torch.cat(outs, dim=0)
+        return o if batch.unpermute is None else o.index_select(0, batch.unpermute)
+
+    def attend(self, q: Any, g: _AttnGroup) -> Any:
+        """One attention call over a group's query rows ``q`` (the group's rows, in order).
+
+        CUDA: one FlashAttention varlen kernel (bottom-right causal mask, GQA native), or the
+        split-KV pair of kernels and their merge. CPU: scaled_dot_product_attention per request
+        with a lower-right causal mask.
         """
         torch = self.torch
         if self.flash:
-            if batch.split is not None:
+            if g.split is not None:
                 return split_kv_attention(
-                    torch, _flash_varlen, q, self.k_cache, self.v_cache, batch.split, self.combine
+                    torch, _flash_varlen, q, self.k_cache, self.v_cache, g.split, self.combine
                 )
+            k = self.k_cache[: g.kv_total] if g.whole else self.k_cache
+            v = self.v_cache[: g.kv_total] if g.whole else self.v_cache
             return _flash_varlen(
-                q,
-                self.k_cache[: batch.kv_total],
-                self.v_cache[: batch.kv_total],
-                batch.cu_q,
-                batch.cu_k,
-                None,
-                batch.max_q,
-                batch.max_k,
-                True,
-            )[0]
+                q, k, v, g.cu_q, g.cu_k, g.used_k, g.max_q, g.max_k, True
+            )[0]  # fmt: skip
         outs = []
         group = self.hq // self.hkv
-        for i, (q0, q1, k0, k1) in enumerate(batch.spans):
+        for i, (q0, q1, k0, k1) in enumerate(g.spans):
             qi = q[q0:q1].transpose(0, 1).unsqueeze(0)
             ki = self.k_cache[k0:k1].repeat_interleave(group, dim=1).transpose(0, 1).unsqueeze(0)
             vi = self.v_cache[k0:k1].repeat_interleave(group, dim=1).transpose(0, 1).unsqueeze(0)
-            mask = batch.masks[i]
-            o = torch.nn.functional.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask)
+            o = torch.nn.functional.scaled_dot_product_attention(qi, ki, vi, attn_mask=g.masks[i])
             outs.append(o.squeeze(0).transpose(0, 1))
         return torch.cat(outs, dim=0)
 
@@ -664,7 +743,7 @@ class _Model:
         c = [int(x) for x in c]
         m = [int(x) for x in m]
         cu_q = np.concatenate([[0], np.cumsum(c)]).astype(np.int64)
-        kv_len = [ci + mi for ci, mi in zip(c, m, strict=True)]
+        kv_len = np.add(c, m)
         cu_k = np.concatenate([[0], np.cumsum(kv_len)]).astype(np.int64)
         positions = np.concatenate([np.arange(mi, mi + ci) for ci, mi in zip(c, m, strict=True)])
         slots = np.concatenate(
@@ -672,41 +751,66 @@ class _Model:
         )
         total = int(cu_q[-1])
         rng = np.random.default_rng(total)
-        spans = [
-            (int(cu_q[i]), int(cu_q[i + 1]), int(cu_k[i]), int(cu_k[i + 1])) for i in range(len(c))
-        ]
-        masks: list[Any] = []
-        if not self.flash:
-            for ci, mi in zip(c, m, strict=True):
-                if ci == 1:
-                    masks.append(None)
-                else:
-                    # Lower-right causal: new token j sees cached tokens and new tokens <= j.
-                    qpos = torch.arange(ci, device=self.dev).unsqueeze(1) + mi
-                    kpos = torch.arange(ci + mi, device=self.dev).unsqueeze(0)
-                    masks.append(kpos <= qpos)
 
         def dev(a: np.ndarray, dtype: Any) -> Any:
             return torch.as_tensor(a, device=self.dev, dtype=dtype)
 
-        split = None
-        if self.flash and self.cfg.kv_split_tokens > 0:
-            plan = split_plan(c, m, self.cfg.kv_split_tokens)
-            if plan is not None:
-                split = plan.to_device(torch, self.dev)
+        ca, ma = np.asarray(c, np.int64), np.asarray(m, np.int64)
+        groups = []
+        for idx in attention_groups(c, self.cfg.separate_decode_attention):
+            gc, gm, gk = ca[idx], ma[idx], cu_k[:-1][idx]
+            rows = np.concatenate([np.arange(cu_q[i], cu_q[i + 1]) for i in idx])
+            whole = len(idx) == len(c)
+            contiguous = bool(rows[-1] - rows[0] + 1 == len(rows))
+            g_cu_q = np.concatenate([[0], np.cumsum(gc)])
+            masks: list[Any] = []
+            if not self.flash:
+                for ci, mi in zip(gc, gm, strict=True):
+                    if ci == 1:
+                        masks.append(None)
+                    else:
+                        # Lower-right causal: new token j sees cached tokens and new tokens <= j.
+                        qpos = torch.arange(int(ci), device=self.dev).unsqueeze(1) + int(mi)
+                        kpos = torch.arange(int(ci + mi), device=self.dev).unsqueeze(0)
+                        masks.append(kpos <= qpos)
+            split = None
+            if self.flash and self.cfg.kv_split_tokens > 0:
+                plan = split_plan(gc, gm, self.cfg.kv_split_tokens, k_start=gk)
+                if plan is not None:
+                    split = plan.to_device(torch, self.dev)
+            g_len = gc + gm
+            groups.append(
+                _AttnGroup(
+                    items=idx,
+                    rows=rows,
+                    whole=whole,
+                    q_slice=(int(rows[0]), int(rows[-1]) + 1) if contiguous else None,
+                    rows_t=None if contiguous else dev(rows, torch.long),
+                    cu_q=dev(g_cu_q, torch.int32),
+                    cu_k=dev(cu_k if whole else np.append(gk, gk[-1] + g_len[-1]), torch.int32),
+                    used_k=None if whole else dev(g_len, torch.int32),
+                    max_q=int(gc.max()),
+                    max_k=int(g_len.max()),
+                    kv_total=int(cu_k[-1]),
+                    spans=[
+                        (int(g_cu_q[j]), int(g_cu_q[j + 1]), int(gk[j]), int(gk[j] + g_len[j]))
+                        for j in range(len(idx))
+                    ],
+                    masks=masks,
+                    split=split,
+                )
+            )
+        order = np.concatenate([g.rows for g in groups])
+        unpermute = None
+        if not np.array_equal(order, np.arange(total)):
+            unpermute = dev(np.argsort(order), torch.long)
         return _BatchInputs(
             token_ids=dev(rng.integers(0, self.spec.vocab_size, total), torch.long),
             positions=dev(positions, torch.long),
             slots=dev(slots, torch.long),
-            cu_q=dev(cu_q, torch.int32),
-            cu_k=dev(cu_k, torch.int32),
-            max_q=max(c),
-            max_k=max(kv_len),
-            kv_total=int(cu_k[-1]),
             sample_rows=dev(cu_q[1:] - 1, torch.long),
-            spans=spans,
-            masks=masks,
-            split=split,
+            groups=groups,
+            unpermute=unpermute,
         )
 
 
@@ -715,15 +819,11 @@ class _BatchInputs:
     token_ids: Any
     positions: Any
     slots: Any
-    cu_q: Any
-    cu_k: Any
-    max_q: int
-    max_k: int
-    kv_total: int
     sample_rows: Any
-    spans: list[tuple[int, int, int, int]]
-    masks: list[Any]
-    split: SplitPlan | None = None
+    groups: list[_AttnGroup]
+    """The attention calls of the batch (:func:`attention_groups`)."""
+    unpermute: Any = None
+    """Gather index putting the groups' concatenated outputs back in row order (None: already)."""
 
 
 def _progress(items: Iterable[Any], total: int, desc: str, show: bool) -> Iterable[Any]:
@@ -897,6 +997,7 @@ def run_profile(cfg: ProfilerConfig, out_dir: str | Path, progress: bool = True)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
+        "profiler_version": PROFILER_VERSION if cfg.separate_decode_attention else 1,
         "model": spec.name,
         "model_config": {
             k: v for k, v in asdict(spec).items() if k not in ("num_params", "hf_repo", "name")
@@ -916,6 +1017,10 @@ def run_profile(cfg: ProfilerConfig, out_dir: str | Path, progress: bool = True)
             "attention_kernel": "aten._flash_attention_forward (varlen)"
             if model.flash
             else "scaled_dot_product_attention per request",
+            "mixed_batch_attention": "decode rows and prefill rows in separate calls"
+            if cfg.separate_decode_attention
+            else "one call for the whole batch",
+            "kv_split_tokens": cfg.kv_split_tokens,
         },
         "grid": asdict(grid),
         "hardware": _hardware(torch, cfg.device),

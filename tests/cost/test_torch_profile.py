@@ -12,11 +12,14 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch profiler needs PyTorch (scripts/setup.sh)")
 
 from llmsched_gym.cli.main import main as cli_main  # noqa: E402
-from llmsched_gym.cost import torch_fit  # noqa: E402
+from llmsched_gym.cost import torch_fit, torch_profile  # noqa: E402
 from llmsched_gym.cost.registry import load_cost_model, load_profile_file  # noqa: E402
 from llmsched_gym.cost.torch_profile import (  # noqa: E402
+    PROFILER_VERSION,
+    TINY_LLAMA,
     ProfileGrid,
     ProfilerConfig,
+    attention_groups,
     combine_partials,
     reference_varlen,
     run_profile,
@@ -66,6 +69,77 @@ def test_split_plan_skips_short_contexts_and_long_chunks():
     assert list(plan.b_used_k) == [1, 6000]
 
 
+def test_attention_groups_split_mixed_batches_only():
+    assert [g.tolist() for g in attention_groups([1, 7, 1, 300])] == [[0, 2], [1, 3]]
+    assert [g.tolist() for g in attention_groups([1, 1])] == [[0, 1]]
+    assert [g.tolist() for g in attention_groups([5, 9])] == [[0, 1]]
+    assert [g.tolist() for g in attention_groups([1, 7], separate_decodes=False)] == [[0, 1]]
+
+
+MIXED_C, MIXED_M = [1, 7, 1, 300, 1], [700, 900, 40, 600, 0]
+
+
+def _tiny_model(flash: bool, separate: bool, monkeypatch):
+    """A CPU tiny-llama; ``flash``: the GPU code path with the reference varlen kernel."""
+    cfg = ProfilerConfig(
+        model="tiny-llama", device="cpu", dtype="float32", grid=ProfileGrid.small(),
+        kv_split_tokens=64, separate_decode_attention=separate,
+    )  # fmt: skip
+    model = torch_profile._Model(torch, TINY_LLAMA, cfg, 4096)
+    if flash:
+        monkeypatch.setattr(torch_profile, "_flash_varlen", torch_profile.reference_varlen)
+        model.flash = True
+    calls = []
+    attend = model.attend
+
+    def spy(q, g):
+        calls.append((g.rows.tolist(), q.shape[0], g.max_q))
+        return attend(q, g)
+
+    model.attend = spy
+    return model, calls
+
+
+@pytest.mark.parametrize("flash", [False, True], ids=["cpu-path", "gpu-path"])
+def test_mixed_batch_runs_decodes_and_prefills_in_two_attention_calls(flash, monkeypatch):
+    """Version 2: decode rows in their own call (max_seqlen_q 1), prefill rows in another."""
+    q = torch.randn(sum(MIXED_C), 4, 64, generator=torch.Generator().manual_seed(1))
+    outs = []
+    for separate in (True, False):
+        model, calls = _tiny_model(flash, separate, monkeypatch)
+        batch = model.batch_inputs(MIXED_C, MIXED_M)
+        outs.append(model.attention(q, batch))
+        if separate:
+            # Rows: decodes are items 0, 2, 4 (rows 0, 8, 309); prefills items 1 (1-7), 3.
+            assert calls == [
+                ([0, 8, 309], 3, 1),
+                (list(range(1, 8)) + list(range(9, 309)), 307, 300),
+            ]
+            if flash:
+                assert all(g.split is not None for g in batch.groups)
+        else:
+            assert calls == [(list(range(310)), 310, 300)]
+    # Same attention output either way (the rows go back in batch order).
+    assert torch.allclose(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+
+
+def test_gpu_and_cpu_attention_paths_agree_on_a_mixed_batch(monkeypatch):
+    q = torch.randn(sum(MIXED_C), 4, 64, generator=torch.Generator().manual_seed(2))
+    cpu, _ = _tiny_model(False, True, monkeypatch)
+    gpu, _ = _tiny_model(True, True, monkeypatch)
+    want = cpu.attention(q, cpu.batch_inputs(MIXED_C, MIXED_M))
+    got = gpu.attention(q, gpu.batch_inputs(MIXED_C, MIXED_M))
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_one_kind_batches_keep_one_call(monkeypatch):
+    for c, m in (([1, 1, 1], [5, 700, 30]), ([9, 300], [0, 700])):
+        model, calls = _tiny_model(True, True, monkeypatch)
+        batch = model.batch_inputs(c, m)
+        model.attention(torch.randn(sum(c), 4, 64), batch)
+        assert len(calls) == 1 and batch.groups[0].whole and batch.unpermute is None
+
+
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("torchprof")
@@ -83,6 +157,9 @@ def test_cpu_profile_writes_measurements(cpu_run):
     assert (meas.step_times_s > 0).all()
     meta = json.loads((cpu_run / "meta.json").read_text())
     assert meta["hardware"]["device"] == "cpu" and meta["num_layers_run"] == 2
+    assert meta["profiler_version"] == PROFILER_VERSION == 2
+    assert meta["config"]["mixed_batch_attention"].startswith("decode rows and prefill rows")
+    assert torch_fit.profiler_version(meta) == 2
     assert not list(cpu_run.glob("*.tmp"))
 
 
@@ -98,6 +175,25 @@ def test_cpu_fit_writes_loadable_profile_and_report(cpu_run, tmp_path):
     text = out["report"].read_text()
     assert "held-out measured steps" in text and "kind: decode-only" in text
     assert out["plot"].stat().st_size > 0
+
+
+def test_fit_forms_table_and_profiler_version(cpu_run, tmp_path):
+    meas = torch_fit.load_measurements(cpu_run)
+    tf = torch_fit.fit_measurements(meas, form="linear")
+    assert tf.form == "linear" and not getattr(tf.fit.model, "item_priced", False)
+    assert tf.fit.model.coefficients() == tf.linear_fit.model.coefficients()
+    assert list(tf.forms["form"]) == list(torch_fit.FORMS)
+    lin = tf.forms.set_index("form").loc["linear", "heldout_mape_pct"]
+    assert lin == pytest.approx(tf.linear_fit.heldout.mape_pct)
+    out = torch_fit.write_fit_outputs(tf, tmp_path / "p.yaml", tmp_path / "r.md")
+    assert type(load_profile_file(out["profile"])).__name__ == "ProfiledLinearCostModel"
+    text = out["report"].read_text()
+    assert "Profiler version 2 (the current version)" in text and "analysis only" in text
+    with pytest.raises(CostModelError, match="fit form"):
+        torch_fit.fit_measurements(meas, form="quadratic")
+    old = dict(meas.meta)
+    old.pop("profiler_version")
+    assert torch_fit.profiler_version(old) == 1
 
 
 def test_calibrate_cli_refits_from_folder(cpu_run, tmp_path, capsys):
@@ -156,6 +252,8 @@ def test_shipped_gpu_profiles_refit_identically(folder):
     shipped = load_cost_model(name)
     assert shipped.coefficients() == pytest.approx(tf.fit.model.coefficients(), rel=1e-9)
     assert shipped.fit["heldout"]["mape_pct"] == pytest.approx(tf.fit.heldout.mape_pct, abs=1e-3)
+    assert shipped.terms() == tf.fit.model.terms()
+    assert shipped.source["profiler_version"] == torch_fit.profiler_version(meas.meta)
 
 
 def test_shipped_gpu_runs_exist():
