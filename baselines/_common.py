@@ -13,6 +13,9 @@ import gymnasium as gym
 import llmsched_gym.envs as E
 from llmsched_gym.policies.registry import make_policy
 
+EVAL_SEEDS = (1000, 1001, 1002, 1003, 1004)
+"""Held-out evaluation seeds: workloads the agent never trained on (training uses ``--seed``)."""
+
 
 def parser(description: str, env_id: str, overrides: dict[str, Any]) -> argparse.ArgumentParser:
     """Arguments every recipe takes."""
@@ -24,6 +27,12 @@ def parser(description: str, env_id: str, overrides: dict[str, Any]) -> argparse
         "--overrides",
         default=json.dumps(overrides),
         help="scenario_overrides as JSON (small workloads keep episodes short)",
+    )
+    p.add_argument(
+        "--eval-seeds",
+        type=lambda text: tuple(int(x) for x in text.split(",")),
+        default=EVAL_SEEDS,
+        help="comma-separated held-out evaluation seeds (default: 1000-1004)",
     )
     p.add_argument("--out", type=Path, default=None, help="result JSON (default: print only)")
     return p
@@ -42,17 +51,46 @@ def quiet_logger(model: Any) -> Any:
 
 
 def evaluate(
-    env_id: str, overrides: dict[str, Any], agent: Any, seed: int, **env_kwargs: Any
-) -> dict[str, float]:
-    """Episode return of the trained agent and of vllm-v1 (PolicyAgent) on the same seed."""
+    env_id: str,
+    overrides: dict[str, Any],
+    agent: Any,
+    seed: int,
+    eval_seeds: tuple[int, ...] = EVAL_SEEDS,
+    **env_kwargs: Any,
+) -> dict[str, Any]:
+    """Episode returns of the trained agent, vllm-v1 and a random agent on held-out seeds.
+
+    Each evaluation seed gives a fresh workload (scenario seed + seed) none of the training
+    episodes saw. The random agent draws uniformly among valid actions (seeded), so its return
+    says how much the decision matters on this workload. ``return*`` keys are means over the
+    seeds; ``per_seed`` keeps each episode.
+    """
+    import numpy as np
+
     env = gym.make(env_id, scenario_overrides=overrides, **env_kwargs)
-    trained = E.rollout(env, agent, seed=seed)
-    reference = E.rollout(env, E.PolicyAgent(make_policy("vllm-v1")), seed=seed)
-    return {
-        "return": trained["return"],
-        "return_vllm_v1": reference["return"],
-        "steps": trained["steps"],
-    }
+    rng = np.random.default_rng(seed)
+
+    def random_action(_obs: Any) -> Any:
+        masks = getattr(env.unwrapped, "action_masks", None)
+        if masks is not None:
+            return int(rng.choice(np.flatnonzero(masks())))
+        return env.action_space.sample()
+
+    rows = []
+    for s in eval_seeds:
+        env.action_space.seed(s)
+        rows.append(
+            {
+                "seed": s,
+                "return": E.rollout(env, agent, seed=s)["return"],
+                "return_vllm_v1": E.rollout(env, E.PolicyAgent(make_policy("vllm-v1")), seed=s)[
+                    "return"
+                ],
+                "return_random": E.rollout(env, random_action, seed=s)["return"],
+            }
+        )
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "seed"}
+    return {**mean, "train_seed": seed, "eval_seeds": list(eval_seeds), "per_seed": rows}
 
 
 def write(result: dict[str, Any], out: Path | None, started: float) -> dict[str, Any]:

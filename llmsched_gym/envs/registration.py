@@ -20,6 +20,7 @@ TASKS = {
 
 SCENARIOS = (
     "chat-azure-conv-v0",
+    "chat-sharegpt-overload-v0",
     "relquery-rotten-v0",
     "priority-sharegpt-v0",
     "priority-azure-conv-v0",

@@ -53,6 +53,13 @@ def _build_trace(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Reque
 def _check_trace(p: Mapping[str, Any]) -> str | None:
     if p["arrival"] in ("poisson", "gamma") and p["rate_per_s"] is None:
         return f"arrival {p['arrival']!r} needs rate_per_s"
+    limit, n = p["limit"], p["num_requests"]
+    if limit is not None and n is not None and n > limit:
+        return (
+            f"num_requests ({n}) exceeds limit ({limit}): limit reads only the first N requests "
+            "of the trace and num_requests samples from those; to shorten the workload, set "
+            "num_requests alone"
+        )
     return None
 
 

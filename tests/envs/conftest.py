@@ -4,6 +4,7 @@ from __future__ import annotations
 
 SMALL = {
     "chat-azure-conv-v0": {"workload.limit": 40},
+    "chat-sharegpt-overload-v0": {"workload.num_requests": 40},
     "relquery-rotten-v0": {"workload.num_queries": 3},
     "priority-sharegpt-v0": {"workload.num_requests": 40},
     "priority-azure-conv-v0": {"workload.limit": 40},

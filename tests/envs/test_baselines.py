@@ -23,7 +23,9 @@ def _load(name: str):
 def test_ppo_priority_recipe(tmp_path) -> None:
     pytest.importorskip("stable_baselines3", reason="PPO needs the [rl] extra")
     out = tmp_path / "ppo.json"
-    result = _load("ppo_priority").main(["--timesteps", "2000", "--out", str(out)])
+    result = _load("ppo_priority").main(
+        ["--timesteps", "2000", "--eval-seeds", "1000", "--out", str(out)]
+    )
     assert json.loads(out.read_text())["algorithm"] == "PPO"
     assert math.isfinite(result["return"]) and result["return"] < 0
 
@@ -32,6 +34,8 @@ def test_ppo_priority_recipe(tmp_path) -> None:
 def test_maskable_ppo_select_recipe(tmp_path) -> None:
     pytest.importorskip("sb3_contrib", reason="MaskablePPO needs the [rl] extra (sb3-contrib)")
     out = tmp_path / "mppo.json"
-    result = _load("maskable_ppo_select").main(["--timesteps", "2000", "--out", str(out)])
+    result = _load("maskable_ppo_select").main(
+        ["--timesteps", "2000", "--eval-seeds", "1000", "--out", str(out)]
+    )
     assert json.loads(out.read_text())["algorithm"] == "MaskablePPO"
     assert math.isfinite(result["return"]) and result["return"] < 0

@@ -82,6 +82,10 @@ def test_overrides_and_slo_stamping() -> None:
         ({"workload": {"kind": "relquery", "dataset": "imdb"}}, r"dataset must be one of"),
         ({"workload": {"kind": "trace", "trace": "x", "arrival": "poisson"}}, "needs rate_per_s"),
         ({"workload": {"kind": "trace", "trace": "x", "cv": float("nan")}}, "must be finite"),
+        (
+            {"workload": {"kind": "trace", "trace": "x", "limit": 10, "num_requests": 20}},
+            r"num_requests \(20\) exceeds limit \(10\)",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(change, message) -> None:
