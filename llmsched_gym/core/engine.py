@@ -504,7 +504,7 @@ class Engine:
         self._items_no_stretch = self._item_priced and not getattr(
             cost_model, "decode_priced_by_sums", True
         )
-        """A pure-decode step's price needs its items (longest context): no fast-forward."""
+        """A pure-decode step's price needs the longest context (``decode_series_longest``)."""
         self.schedule_log = schedule_log
         self.record_steps = record_steps
         self.kv = KVCacheManager(
@@ -894,11 +894,8 @@ class Engine:
         # stretch computes them again while it advances the requests).
         if self.running_tokens != n:
             return False
-        if self._item_priced and (
-            self._items_no_stretch
-            or (self._phase_items and any(r.in_prefill_phase for r in running))
-        ):
-            return False  # decodes priced by their items, or a one-token prompt / refill chunk
+        if self._phase_items and any(r.in_prefill_phase for r in running):
+            return False  # a one-token prompt or refill chunk: priced as a prefill, stepped
         # Nobody finishes before the stretch's last step (finishers free after it).
         k = min(map(_sub, map(_output_len, running), map(_num_output_tokens, running)))
         if k < 2:
@@ -923,7 +920,14 @@ class Engine:
             self._until,
         )
         now = self.now
-        if k <= 256:
+        if self._items_no_stretch:
+            # A decode's price needs the longest context too: every context grows by one a step.
+            longest = max(map(_num_computed_tokens, running))
+            durations, starts = self.cost_model.decode_series_longest(
+                n, m0, longest, k, now, t_next
+            )
+            k = len(durations)
+        elif k <= 256:
             series = getattr(self.cost_model, "decode_series", None)
             if series is not None:
                 durations, starts = series(n, m0, k, now, t_next)

@@ -401,8 +401,8 @@ class ExtendedLinearCostModel(LinearCostModel):
     ) -> tuple[list[float], list[float]]:
         """:meth:`LinearCostModel.decode_series` through this model's ``step_time``.
 
-        Exact for stepped pure-decode steps when ``decode_priced_by_sums``; the engine does not
-        fast-forward other extended models.
+        Exact for stepped pure-decode steps when ``decode_priced_by_sums``; otherwise the engine
+        uses :meth:`decode_series_longest`.
         """
         durations: list[float] = []
         starts = [start]
@@ -411,6 +411,36 @@ class ExtendedLinearCostModel(LinearCostModel):
             if t >= stop:
                 break
             d = self.step_time(n, 0, m0 + j * n, 0, n)
+            durations.append(d)
+            t = t + d
+            starts.append(t)
+        return durations, starts
+
+    def decode_series_longest(
+        self, n: int, m0: int, longest: int, k: int, start: float, stop: float
+    ) -> tuple[list[float], list[float]]:
+        """Durations and start times of up to ``k`` pure-decode steps, cut at ``stop``.
+
+        ``n`` decodes whose cached tokens sum to ``m0`` and peak at ``longest`` at the first
+        step; each step adds one token to every context. The item-level terms of step ``j`` are
+        those :func:`item_terms` gives its items (no prefill: ``short_prefill_kv`` is 0; a
+        decode is short, so ``split_path`` is 1 once the longest context exceeds
+        ``long_min_cached``), priced with the same integer arguments, so the floats equal
+        stepping one step at a time.
+        """
+        durations: list[float] = []
+        starts = [start]
+        t = start
+        step_time = self.step_time
+        threshold = self.long_min_cached
+        short = 1 <= self.short_max_new_tokens
+        for j in range(k):
+            if t >= stop:
+                break
+            top = longest + j
+            d = float(
+                step_time(n, 0, m0 + j * n, 0, n, 1 if short and top > threshold else 0, top, 0)
+            )
             durations.append(d)
             t = t + d
             starts.append(t)
