@@ -276,7 +276,8 @@ class ExtendedLinearCostModel(LinearCostModel):
     The engine prices such a model from each step's items (:func:`items_step_time`); a caller
     with only the five features gets the item-level terms at 0. A pure-decode step's price
     depends on its longest context unless ``c_split_path == c_longest_context == 0``
-    (``decode_priced_by_sums``), so otherwise the engine steps decode stretches one at a time.
+    (``decode_priced_by_sums``); the engine's decode stretches then price each step with the
+    longest context growing by one (:meth:`decode_series_longest`).
     """
 
     item_priced = True
