@@ -28,6 +28,7 @@ routers draw from the run's seed.
 from __future__ import annotations
 
 import copy
+import functools
 import heapq
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -290,22 +291,27 @@ class Cluster:
 
     # -- the loop -----------------------------------------------------------------------------
     def _listener(self, inst: Instance) -> Callable[[list[Request], float], None]:
-        def on_finish(finished: list[Request], t: float) -> None:
-            for req in finished:
-                rid = req.request_id
-                if inst.role == "prefill":
-                    spec = self._in_prefill.pop(rid)
-                    if min(spec.output_len, spec.max_tokens) > 1:
-                        self._push(t, _HANDOFF, (spec, req, inst.index))
-                        continue
-                self.final[rid] = inst.index
-                for callback in self.finish_callbacks:
-                    callback(1)
-                released = self.tracker.on_finish(req.spec, t)
-                for x in released:
-                    self._push(x.arrival_time, _ARRIVAL, x)
+        """``inst``'s finish listener, bound to this cluster.
 
-        return on_finish
+        A bound method rather than a closure, so copies of the cluster (deepcopy, pickle) call
+        their own handler, not the original's.
+        """
+        return functools.partial(self._on_finish, inst)
+
+    def _on_finish(self, inst: Instance, finished: list[Request], t: float) -> None:
+        for req in finished:
+            rid = req.request_id
+            if inst.role == "prefill":
+                spec = self._in_prefill.pop(rid)
+                if min(spec.output_len, spec.max_tokens) > 1:
+                    self._push(t, _HANDOFF, (spec, req, inst.index))
+                    continue
+            self.final[rid] = inst.index
+            for callback in self.finish_callbacks:
+                callback(1)
+            released = self.tracker.on_finish(req.spec, t)
+            for x in released:
+                self._push(x.arrival_time, _ARRIVAL, x)
 
     def _next_engine(self) -> tuple[float, Instance | None, float]:
         """(earliest next event time, its instance, the next event time of all the others)."""

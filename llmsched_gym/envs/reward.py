@@ -22,6 +22,7 @@ numerator of the ``goodput`` metric).
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 from collections.abc import Mapping, Sequence
@@ -205,22 +206,19 @@ class ClusterLedger(RewardLedger):
             inst.engine.finish_listeners.append(self._listener(inst.index))
 
     def _listener(self, index: int) -> Any:
+        """Instance ``index``'s finish listener (a bound method: copies follow the ledger)."""
+        return functools.partial(self._on_instance_finish, index)
+
+    def _on_instance_finish(self, index: int, finished: list[Request], end: float) -> None:
         final = self.cluster.final
-        future = self._future
-        push = heapq.heappush
-
         job_last = self._job_last
-
-        def on_finish(finished: list[Request], end: float) -> None:
-            for req in finished:
-                if final.get(req.request_id) == index:
-                    push(future, (end, self._num_future, req))
-                    self._num_future += 1
-                    job_id = req.spec.job_id
-                    if job_id is not None and end > job_last.get(job_id, -math.inf):
-                        job_last[job_id] = end
-
-        return on_finish
+        for req in finished:
+            if final.get(req.request_id) == index:
+                heapq.heappush(self._future, (end, self._num_future, req))
+                self._num_future += 1
+                job_id = req.spec.job_id
+                if job_id is not None and end > job_last.get(job_id, -math.inf):
+                    job_last[job_id] = end
 
     def _flush(self, t: float) -> None:
         future = self._future
