@@ -136,6 +136,8 @@ class Observer:
             for n in range(top_k + 1)
         ]
         self._padding = [[0.0] * ((top_k - n) * f) for n in range(top_k + 1)]
+        self._statics: dict[Request, tuple] = {}
+        """Per request, the columns and SLO fields that never change (``_static_features``)."""
 
     def global_features(self, token_budget: int | None = None) -> Any:
         """The ``global`` vector (see the module table).
@@ -187,12 +189,15 @@ class Observer:
         lookup = ctx.lookup if self.lookup_prefix else None
         oracle = self.oracle
         running_status = RequestStatus.RUNNING
+        statics = self._statics
         rows: list[float] = []
         append = rows.append
         extend = rows.extend
         for req in reqs[:n] if n < len(reqs) else reqs:
-            spec = req.spec
-            prompt = req.num_prompt_tokens
+            st = statics.get(req)
+            if st is None:
+                st = statics[req] = _static_features(req)
+            prompt_col, max_tokens_col, priority_col, ttft, tpot, deadline, job_id = st
             running = req.status is running_status
             if running or lookup is None:
                 cached = req.num_cached_tokens
@@ -200,40 +205,37 @@ class Observer:
                     cached = 0
             else:
                 cached = lookup(req)[1]
-            age = now - req.arrival_time
+            arrival = req.arrival_time
+            age = now - arrival
             gen = req.num_output_tokens
             # Seconds to the next SLO bound (see _slack), inlined.
-            if req.first_token_time is None:
-                ttft = spec.slo_ttft_s
-                bound = None if ttft is None else req.arrival_time + ttft
+            first = req.first_token_time
+            if first is None:
+                bound = None if ttft is None else arrival + ttft
             else:
-                tpot = spec.slo_tpot_s
-                bound = None if tpot is None else req.first_token_time + tpot * gen
-            deadline = spec.deadline_s
+                bound = None if tpot is None else first + tpot * gen
             if deadline is not None:
                 bound = deadline if bound is None else min(bound, deadline)
             slack = 1e9 if bound is None else bound - now
             job_progress = 0.0
-            if states is not None and spec.job_id is not None:
-                state = states.get(spec.job_id)
+            if states is not None and job_id is not None:
+                state = states.get(job_id)
                 if state is not None and state.num_released:
                     job_progress = state.num_finished / state.num_released
             computed = req.num_computed_tokens
             total = req.num_tokens
             left = total - computed
-            p = req.priority
             pre = req.num_preemptions
-            mt = req.max_tokens
-            cf = cached / prompt
+            cf = cached / req.num_prompt_tokens
             extend(
                 (
                     age / (age + 10.0) if age > 0 else 0.0,
-                    prompt / (prompt + 1024.0),
+                    prompt_col,
                     computed / total,
                     cf if cf < 1.0 else 1.0,
                     gen / (gen + 256.0),
-                    mt / (mt + 1024.0),
-                    p / (abs(p) + 1.0),
+                    max_tokens_col,
+                    priority_col,
                     slack / (abs(slack) + 1.0),
                     job_progress,
                     1.0 if running else 0.0,
@@ -249,6 +251,21 @@ class Observer:
         out = np.array(rows, dtype=np.float32).reshape(k, self.num_features)
         _clip(out, -1.0, 1.0)
         return out, mask
+
+
+def _static_features(req: Request) -> tuple:
+    """A request's fixed columns (prompt, max_tokens, priority) and the spec fields slack reads."""
+    spec = req.spec
+    prompt, mt, p = req.num_prompt_tokens, req.max_tokens, req.priority
+    return (
+        prompt / (prompt + 1024.0),
+        mt / (mt + 1024.0),
+        p / (abs(p) + 1.0),
+        spec.slo_ttft_s,
+        spec.slo_tpot_s,
+        spec.deadline_s,
+        spec.job_id,
+    )
 
 
 _BOUNDS = {x: np.float32(x) for x in (-1.0, 0.0, 1.0)}
