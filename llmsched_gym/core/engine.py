@@ -501,10 +501,8 @@ class Engine:
         """The cost model prices items by phase (``Request.in_prefill_phase``), not by size."""
         self._item_priced = self._phase_items or bool(getattr(cost_model, "item_priced", False))
         """Each step is priced from its items (``items_step_time``), not the context's sums."""
-        self._items_no_stretch = self._item_priced and not getattr(
-            cost_model, "decode_priced_by_sums", True
-        )
-        """A pure-decode step's price needs the longest context (``decode_series_longest``)."""
+        self._decode_series_longest = getattr(cost_model, "decode_series_longest", None)
+        """Decode stretches priced with the longest context too (item-level cost models)."""
         self.schedule_log = schedule_log
         self.record_steps = record_steps
         self.kv = KVCacheManager(
@@ -920,12 +918,10 @@ class Engine:
             self._until,
         )
         now = self.now
-        if self._items_no_stretch:
+        if self._decode_series_longest is not None:
             # A decode's price needs the longest context too: every context grows by one a step.
             longest = max(map(_num_computed_tokens, running))
-            durations, starts = self.cost_model.decode_series_longest(
-                n, m0, longest, k, now, t_next
-            )
+            durations, starts = self._decode_series_longest(n, m0, longest, k, now, t_next)
             k = len(durations)
         elif k <= 256:
             series = getattr(self.cost_model, "decode_series", None)

@@ -276,8 +276,8 @@ class ExtendedLinearCostModel(LinearCostModel):
     The engine prices such a model from each step's items (:func:`items_step_time`); a caller
     with only the five features gets the item-level terms at 0. A pure-decode step's price
     depends on its longest context unless ``c_split_path == c_longest_context == 0``
-    (``decode_priced_by_sums``); the engine's decode stretches then price each step with the
-    longest context growing by one (:meth:`decode_series_longest`).
+    (``decode_priced_by_sums``); the engine's decode stretches price each step with the longest
+    context growing by one (:meth:`decode_series_longest`), exact either way.
     """
 
     item_priced = True
@@ -397,25 +397,9 @@ class ExtendedLinearCostModel(LinearCostModel):
             + self.c_short_prefill_kv * f(short_prefill_kv, dtype=np.float64)
         )
 
-    def decode_series(
-        self, n: int, m0: int, k: int, start: float, stop: float
-    ) -> tuple[list[float], list[float]]:
-        """:meth:`LinearCostModel.decode_series` through this model's ``step_time``.
-
-        Exact for stepped pure-decode steps when ``decode_priced_by_sums``; otherwise the engine
-        uses :meth:`decode_series_longest`.
-        """
-        durations: list[float] = []
-        starts = [start]
-        t = start
-        for j in range(k):
-            if t >= stop:
-                break
-            d = self.step_time(n, 0, m0 + j * n, 0, n)
-            durations.append(d)
-            t = t + d
-            starts.append(t)
-        return durations, starts
+    decode_series = None
+    """Not the linear closed form (the knee and item terms): stretches use
+    :meth:`decode_series_longest`."""
 
     def decode_series_longest(
         self, n: int, m0: int, longest: int, k: int, start: float, stop: float
