@@ -39,3 +39,73 @@ def test_maskable_ppo_select_recipe(tmp_path) -> None:
     )
     assert json.loads(out.read_text())["algorithm"] == "MaskablePPO"
     assert math.isfinite(result["return"]) and result["return"] < 0
+
+
+def test_cem_finds_the_maximum_of_a_quadratic() -> None:
+    import numpy as np
+
+    cem = _load("cem_priority").cem
+    target = np.array([0.5, -1.5, 2.0])
+    calls, seen = [], []
+
+    def objective(x, it):
+        calls.append(it)
+        return -float(np.sum((x - target) ** 2))
+
+    mean, history = cem(
+        objective, 3, population=20, elite_frac=0.25, noise=0.01,
+        budget=lambda: len(seen) < 30, rng=np.random.default_rng(0), on_iteration=seen.append,
+    )  # fmt: skip
+    assert np.allclose(mean, target, atol=0.05)
+    assert len(history) == 30 and history == seen and len(calls) == 30 * 20
+    assert history[-1]["mean_score"] > history[0]["mean_score"]
+
+
+def test_cem_rejects_bad_settings() -> None:
+    import numpy as np
+
+    cem = _load("cem_priority").cem
+    rng = np.random.default_rng(0)
+    for kwargs, msg in (
+        ({"population": 1, "elite_frac": 0.5, "noise": 0.0}, "population"),
+        ({"population": 4, "elite_frac": 0.0, "noise": 0.0}, "elite_frac"),
+        ({"population": 4, "elite_frac": 0.5, "noise": -1.0}, "noise"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            cem(lambda x, it: 0.0, 2, budget=lambda: False, rng=rng, **kwargs)
+
+
+def test_linear_row_scorer_ranks_rows_and_checks_shapes() -> None:
+    import numpy as np
+
+    from llmsched_gym.envs.observation import REQUEST_FEATURES
+
+    mod = _load("cem_priority")
+    table = np.zeros((4, len(REQUEST_FEATURES)), dtype=np.float32)
+    p, left = REQUEST_FEATURES.index("prompt_tokens"), REQUEST_FEATURES.index("tokens_to_compute")
+    table[:, p] = [0.9, 0.1, 0.5, 0.3]
+    table[:, left] = [0.9, 0.1, 0.5, 0.3]
+    scores = mod.SHORTEST_FIRST({"requests": table})
+    assert scores.dtype == np.float32 and scores.shape == (4,)
+    assert list(np.argsort(-scores)) == [1, 3, 2, 0]  # shortest first
+    assert set(mod.SHORTEST_FIRST.as_dict()) == set(REQUEST_FEATURES)
+    with pytest.raises(ValueError, match="finite"):
+        mod.LinearRowScorer([0.0] * (len(REQUEST_FEATURES) - 1))
+    with pytest.raises(ValueError, match="finite"):
+        mod.LinearRowScorer([float("nan")] * len(REQUEST_FEATURES))
+    with pytest.raises(ValueError, match="columns"):
+        mod.SHORTEST_FIRST({"requests": np.zeros((4, 13), dtype=np.float32)})
+
+
+@pytest.mark.slow
+def test_cem_priority_recipe(tmp_path) -> None:
+    out = tmp_path / "cem.json"
+    result = _load("cem_priority").main(
+        ["--timesteps", "1", "--population", "4", "--episodes", "1", "--eval-seeds", "1000",
+         "--overrides", '{"workload.num_requests": 60}', "--out", str(out)]
+    )  # fmt: skip
+    saved = json.loads(out.read_text())
+    assert saved["algorithm"].startswith("CEM") and saved["iterations"] == 1
+    assert saved["timesteps"] > 0 and len(saved["weights"]) == 12
+    for key in ("return", "return_vllm_v1", "return_random", "return_shortest_first"):
+        assert math.isfinite(result[key]) and result[key] < 0
