@@ -6,32 +6,9 @@ import math
 
 import pandas as pd
 import pytest
+from _leaderboard import load_script
 
-
-def _seeds_module():
-    # seeds.py imports its sibling ``reproduce`` through sys.path; restore sys.path and
-    # sys.modules afterwards so other leaderboards' ``import reproduce`` stay their own.
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parents[2] / "leaderboards" / "hexgen"
-    path, before = list(sys.path), sys.modules.get("reproduce")
-    sys.path.insert(0, str(here))
-    try:
-        spec = importlib.util.spec_from_file_location("hexgen_seeds", here / "seeds.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path[:] = path
-        if before is None:
-            sys.modules.pop("reproduce", None)
-        else:
-            sys.modules["reproduce"] = before
-    return mod
-
-
-S = _seeds_module()
+S = load_script("hexgen", "seeds.py", "hexgen_seeds")
 
 
 @pytest.mark.parametrize(
