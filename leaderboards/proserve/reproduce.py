@@ -138,6 +138,11 @@ PAPER_AXIS_STEP = {
     "ShareGPT/Qwen3-32B": (0.1, 0.2),
     "Azure/Qwen3-32B": (0.1, 0.2),
 }
+# ``--slo xllm``: the SLOs of the authors' serving stack instead of 5x the unloaded latency
+# (NOTES §2.3 item 8: xllm-service's defaults, TTFT 1,000 ms and TPOT 50 ms for every request).
+SLO_VARIANTS: dict[str, dict] = {
+    "xllm": {"workload.slo_scale": None, "slo.ttft_s": 1.0, "slo.tpot_s": 0.05},
+}
 # ``--fine``: extra rates (Fig. 10 methods only) around where the worst method crosses the floors.
 FINE_RATES = {
     "ShareGPT/Qwen2-7B": [8.25, 8.5, 8.75, 9.25, 9.5],
@@ -361,11 +366,25 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--replot", action="store_true", help="rebuild findings.md and plots from the CSVs in --out"
     )
+    ap.add_argument(
+        "--slo",
+        choices=sorted(SLO_VARIANTS),
+        help="Fig. 10's methods on the main and fine grids under these SLOs instead of the "
+        "scenarios' 5x unloaded ones (xllm: TTFT 1 s, TPOT 50 ms) -> results/slo-<name>/",
+    )
     a = ap.parse_args(argv)
     _setup()
     sub = "quick" if a.quick else ("medium" if a.medium else "")
+    if a.slo:
+        sub = f"slo-{a.slo}"
     out = Path(a.out) if a.out else HERE / "results" / sub
     out.mkdir(parents=True, exist_ok=True)
+    if a.slo:
+        if a.replot:
+            print(slo_findings(_read(out / "fig10_single_node.csv"), a.slo))
+            return
+        print(run_slo_variant(out, a.slo, a.configs))
+        return
     if a.replot:
         replot(out)
         return
@@ -473,6 +492,84 @@ def run_methods(out: Path, methods: list[str], configs: list[str] | None = None)
     abl_rows = [r for r in rows if r["method"] in ABLATIONS]
     if abl_rows:
         _merge(abl_rows, out / "fig15_ablation.csv")
+
+
+def run_slo_variant(out: Path, variant: str, configs: list[str] | None = None) -> str:
+    """Fig. 10's six methods on the main and fine grids under ``SLO_VARIANTS[variant]``.
+
+    Full-sweep request counts; writes ``fig10_single_node.csv`` and ``findings.md`` (every
+    point, and ProServe's max gain over the best and the worst baseline inside the paper's
+    plotted window, both bounds of ``paper_window``) under ``out``; returns the markdown.
+    """
+    from tqdm import tqdm
+
+    slo = SLO_VARIANTS[variant]
+    labels = [*BASELINES, "ProServe"]
+    jobs = [
+        (cname, rate, label)
+        for cname, (_, _, full, *_rest) in CONFIGS.items()
+        if not configs or cname in configs
+        for rate in sorted({*full, *FINE_RATES.get(cname, [])})
+        for label in labels
+    ]
+    rows = []
+    t0 = time.perf_counter()
+    for cname, rate, label in tqdm(jobs, desc=f"proserve slo={variant}", file=sys.stderr):
+        env, over = CONFIGS[cname][:2]
+        n = 500 if "32B" in cname else 1000
+        row = run_single(env, {**over, **slo}, label, METHODS[label], rate, n)
+        row["config"] = cname
+        rows.append(row)
+    _write(rows, out / "fig10_single_node.csv")
+    md = slo_findings(rows, variant, time.perf_counter() - t0)
+    (out / "findings.md").write_text(md)
+    return md
+
+
+def _gain_cell(r: dict, key: str) -> str:
+    """``paper_window``'s (gain, points, rate) for ``key`` as a table cell."""
+    if key not in r:
+        return "-"
+    g, pts, rate = r[key]
+    return f"{g:+.1%} ({pts:+.3f} at {rate:g})"
+
+
+def slo_findings(rows: list[dict], variant: str, elapsed: float | None = None) -> str:
+    """Markdown of an SLO-variant sweep: per point TDG / SLO attainment, then the window gains."""
+    slo = SLO_VARIANTS[variant]
+    lines = [
+        f"# ProServe Fig. 10 methods under SLO variant `{variant}`",
+        "",
+        f"SLO overrides: `{slo}`"
+        + (f"; {len(rows)} runs in {elapsed / 60:.1f} min." if elapsed is not None else "."),
+        "",
+        "| config | rate | " + " | ".join([*BASELINES, "ProServe"]) + " |",
+        "|---|---|" + "---|" * (len(BASELINES) + 1),
+    ]
+    by = _by(rows)
+    for cname, rates in by.items():
+        for rate, d in sorted(rates.items()):
+            cells = [
+                f"{d[m]['tdg_ratio']:.3f} / {d[m]['slo_attainment']:.3f}" if m in d else "-"
+                for m in [*BASELINES, "ProServe"]
+            ]
+            lines.append(f"| {cname} | {rate:g} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Cells: TDG ratio / SLO attainment. Max gain of ProServe inside the paper's plotted "
+        "window (`paper_window`: strict floors, and floors lowered by one tick):",
+        "",
+        "| config | bound | window (req/s) | TDG over best | TDG over worst | SLO over best |"
+        " SLO over worst |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    windows = (("strict", paper_window(rows)), ("one tick", paper_window(rows, axis_step=True)))
+    for bound, win in windows:
+        for cname, r in win.items():
+            cells = [_gain_cell(r, k) for k in ("tdg_best", "tdg_worst", "slo_best", "slo_worst")]
+            rates_txt = ", ".join(f"{x:g}" for x in r["window"]) or "empty"
+            lines.append(f"| {cname} | {bound} | {rates_txt} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def run_fine(out: Path, configs: list[str] | None = None, methods: list[str] | None = None) -> None:

@@ -324,6 +324,32 @@ def test_paper_window_uses_the_worst_method_and_the_axis_floors():
     assert R.paper_window(edge, axis_step=True)[cname]["window"] == [11.0]
 
 
+def test_slo_variant_findings_table_and_stamped_slos():
+    R = _reproduce_module()
+    cname = "ShareGPT/Qwen2-7B"
+    methods = [*R.BASELINES, "ProServe"]
+    rows = [
+        {"config": cname, "rate": 8.0, "method": m, "tdg_ratio": t, "slo_attainment": a}
+        for m, t, a in zip(
+            methods, [0.8, 0.9, 0.75, 0.7, 0.8, 0.99], [0.7, 0.8, 0.6, 0.65, 0.7, 0.9]
+        )
+    ]
+    md = R.slo_findings(rows, "xllm")
+    # 0.99 / 0.9 - 1 = +10.0% over the best baseline, 0.99 / 0.7 - 1 = +41.4% over the worst.
+    assert "| ShareGPT/Qwen2-7B | strict | 8 | +10.0% (+0.090 at 8) | +41.4% (+0.290 at 8) |" in md
+    assert "| ShareGPT/Qwen2-7B | 8 | 0.800 / 0.700 |" in md
+    # The variant's overrides replace the scenario's 5x-unloaded SLOs on every request.
+    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.scenarios.spec import load_scenario
+
+    sc = load_scenario(
+        R.ENVS / "proserve-sharegpt-qwen2-7b-v0.yaml",
+        {**R.SLO_VARIANTS["xllm"], "workload.num_requests": 20},
+    )
+    specs = sc.build_workload(sc.seed, cost_model=load_cost_model(sc.cost_model))
+    assert {(s.slo_ttft_s, s.slo_tpot_s) for s in specs} == {(1.0, 0.05)}
+
+
 def test_tbt_token_budget_does_not_buy_the_sarathi_baselines_more_kv():
     # Azure/Qwen3-32B at 2.5 req/s, 500 requests (the fine-grid point where Sarathi "won").
     from llmsched_gym.cost.registry import load_cost_model
