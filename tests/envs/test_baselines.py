@@ -109,3 +109,20 @@ def test_cem_priority_recipe(tmp_path) -> None:
     assert saved["timesteps"] > 0 and len(saved["weights"]) == 12
     for key in ("return", "return_vllm_v1", "return_random", "return_shortest_first"):
         assert math.isfinite(result[key]) and result[key] < 0
+
+
+def test_committed_cem_result_reproduces() -> None:
+    # The recorded scorer must still earn its recorded held-out return: if the environment's
+    # semantics change, baselines/results/cem_priority.json must be regenerated.
+    import gymnasium as gym
+
+    import llmsched_gym.envs as E
+    from llmsched_gym.envs.observation import REQUEST_FEATURES
+
+    mod = _load("cem_priority")
+    saved = json.loads((ROOT / "results" / "cem_priority.json").read_text())
+    agent = mod.LinearRowScorer([saved["weights"][f] for f in REQUEST_FEATURES])
+    env = gym.make(saved["env_id"], scenario_overrides=saved["scenario_overrides"])
+    row = saved["per_seed"][0]
+    assert E.rollout(env, agent, seed=row["seed"])["return"] == pytest.approx(row["return"])
+    assert row["return"] > row["return_vllm_v1"]
