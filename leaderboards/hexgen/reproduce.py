@@ -43,6 +43,9 @@ MODE_TEXT = {
     "decode steps at the code's per-GPU constants whatever the batch (A100 0.035 s, A6000 "
     "0.058 s, L40S 0.0545 s), prefill at the A100 roofline times the code's ratio, and the "
     "code's KV capacity (3420 / 9215 blocks of 16).",
+    "code-table-kv": "as `code-table` (vLLM V1 batching, the fallback tables' GPU ratios), with "
+    "the code's KV capacity (3420 / 9215 blocks of 16) instead of TP8 FP16's: the one code "
+    "departure that makes requests wait in vLLM's own queue.",
 }
 STAGE_GROUPS = {"IR": 1, "KW": 1, "GC": 2, "RV": 3, "UT": 4, "GUT": 4, "EV": 4}
 """Paper Table 1 stages: 1 schema linking, 2 SQL candidates, 3 self-correction, 4 evaluation."""
@@ -120,6 +123,7 @@ PRICING = {
     "code-ratio": ("code-ratio", "batched", False),
     "code-table": ("code-table", "batched", False),
     "code-engine": ("code-ratio", "code-constant", True),
+    "code-table-kv": ("code-table", "batched", True),
 }
 """Pricing modes, (calibration, decode, code memory) (``hexgen_cost``): the roofline as is;
 every A6000/L40S step at the code's measured decode ratio to the A100 (0.058/0.035,
