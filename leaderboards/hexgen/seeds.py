@@ -398,9 +398,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alpha", type=float, default=0.2)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--rescore", action="store_true", help="only recompute the tables")
+    ap.add_argument(
+        "--score",
+        choices=("paper", "code"),
+        default=None,
+        help="WB score of the main runs and the tuner: Eq. 4 (paper) or Hexgen-Flow's cumulative "
+        "score (code); default: code under code-engine, else paper. A non-default score writes "
+        "to seeds-<score>/",
+    )
     args = ap.parse_args(argv)
-    score = "code" if args.mode == "code-engine" else "paper"
-    out = args.out or R.HERE / "results" / "full" / args.mode / "seeds"
+    default_score = "code" if args.mode == "code-engine" else "paper"
+    score = args.score or default_score
+    folder = "seeds" if score == default_score else f"seeds-{score}"
+    out = args.out or R.HERE / "results" / "full" / args.mode / folder
     out.mkdir(parents=True, exist_ok=True)
     R.ensure_registered()
     raw = {"main": "runs.csv", "alpha": "alpha_runs.csv", "tune": "tuning_runs.csv"}
@@ -433,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         alpha.to_csv(out / "alpha.csv", index=False, float_format="%.4f")
     tune = _load(out / "tuning_runs.csv")
     wall = "rescored" if args.rescore else f"last part {time.perf_counter() - t0:.0f} s"
-    write_md(out, args.mode, runs, stats, best, alpha, tune, wall)
+    write_md(out, f"{args.mode}, {score} score", runs, stats, best, alpha, tune, wall)
     print(stats[~stats["group"].str.startswith("H")].to_string(index=False))
     return 0
 
