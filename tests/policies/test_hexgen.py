@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from _leaderboard import load_script
 
 from llmsched_gym.cluster.cluster import InstanceSpec, run_cluster
 from llmsched_gym.cluster.hexgen import (
@@ -475,13 +476,7 @@ def test_code_engine_cluster_run_and_tuner_code_score():
 
 
 def _reproduce_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "leaderboards" / "hexgen" / "reproduce.py"
-    spec = importlib.util.spec_from_file_location("hexgen_reproduce", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("hexgen", "reproduce.py", "hexgen_reproduce")
     mod.ensure_registered()
     return mod
 

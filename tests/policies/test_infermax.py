@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from _leaderboard import load_script
 
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine
@@ -315,22 +316,11 @@ def test_code_tpot_scales_evicted_requests_by_o_over_o_minus_k():
     assert pol.evicted_output == {}
 
 
-def _reproduce_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "leaderboards" / "infermax" / "reproduce.py"
-    spec = importlib.util.spec_from_file_location("infermax_reproduce", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize("M,n_in", [(40, 1), (40, 4), (40, 16), (100, 16), (300, 2)])
 def test_tps_upper_bound_holds_for_every_scheduler(M, n_in):
     # The any-schedule bound of the README's M = 1K analysis must sit above every schedule's
     # TPS (evicting or not) under the InferMax 7B cost model.
-    r = _reproduce_module()
+    r = load_script("infermax", "reproduce.py", "infermax_reproduce")
     B, n_out = 48, 12
     bound = r.tps_upper_bound(n_in, n_out, B, M, r.COST_7B)
     cfg = r.engine_config(4096, M)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from _leaderboard import load_script
 
 from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
 from llmsched_gym.metrics.tdg import slo_attainment, tdg_of_times, tdg_uniform
@@ -261,19 +262,8 @@ def test_fairbatching_blocked_prefill_does_not_stall_running_decodes():
     assert float(np.max(tab["tpot_s"])) < 0.05
 
 
-def _reproduce_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "leaderboards" / "proserve" / "reproduce.py"
-    spec = importlib.util.spec_from_file_location("proserve_reproduce", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_paper_window_uses_the_worst_method_and_the_axis_floors():
-    R = _reproduce_module()
+    R = load_script("proserve", "reproduce.py", "proserve_reproduce")
     cname = "ShareGPT/Qwen2-7B"  # floors: TDG 0.7, SLO attainment 0.6
     assert R.PAPER_AXIS_FLOOR[cname] == (0.7, 0.6)
 
@@ -325,7 +315,7 @@ def test_paper_window_uses_the_worst_method_and_the_axis_floors():
 
 
 def test_slo_variant_findings_table_and_stamped_slos():
-    R = _reproduce_module()
+    R = load_script("proserve", "reproduce.py", "proserve_reproduce")
     cname = "ShareGPT/Qwen2-7B"
     methods = [*R.BASELINES, "ProServe"]
     rows = [
@@ -355,7 +345,7 @@ def test_tbt_token_budget_does_not_buy_the_sarathi_baselines_more_kv():
     from llmsched_gym.cost.registry import load_cost_model
     from llmsched_gym.scenarios.spec import load_scenario
 
-    R = _reproduce_module()
+    R = load_script("proserve", "reproduce.py", "proserve_reproduce")
     env, over = R.CONFIGS["Azure/Qwen3-32B"][:2]
     ov = {**over, "workload.num_requests": 500, "workload.rate_per_s": 2.5}
     sc = load_scenario(R.ENVS / f"{env}.yaml", ov)
@@ -417,15 +407,9 @@ def test_xllm_mix_memory_lets_an_urgent_prefill_preempt_the_tail():
 def test_knee_probe_gain_split_hand_computed():
     # Two requests, wp = 3, wd = 1. "a" (weight 2, 5 tokens): first on time, 3 of 4 decodes on
     # time. "b" (weight 1, 5 tokens): first late, 1 of 4 decodes on time (catch-up 1/4).
-    import importlib.util
-    from pathlib import Path
-
     from llmsched_gym.metrics.tdg import TDGCollector
 
-    path = Path(__file__).resolve().parents[2] / "leaderboards" / "proserve" / "knee_probe.py"
-    spec = importlib.util.spec_from_file_location("proserve_knee_probe", path)
-    kp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kp)
+    kp = load_script("proserve", "knee_probe.py", "proserve_knee_probe")
     col = TDGCollector()
     col.first_on_time = {"a": True, "b": False}
     col.decode_on_time = {"a": 3, "b": 1}
