@@ -464,14 +464,28 @@ def _merge(rows: list[dict], path: Path) -> None:
     _write(merged + list(new.values()), path)
 
 
+def _run_points(jobs: list[tuple], specs: dict, desc: str, extra: dict | None = None) -> list[dict]:
+    """``run_single`` for each (config, rate, label) at the full sweep's request counts.
+
+    ``specs`` maps labels to method specs; ``extra`` adds scenario overrides to the config's.
+    """
+    from tqdm import tqdm
+
+    rows = []
+    for cname, rate, label in tqdm(jobs, desc=desc, file=sys.stderr):
+        env, over = CONFIGS[cname][:2]
+        n = 500 if "32B" in cname else 1000
+        row = run_single(env, {**over, **(extra or {})}, label, specs[label], rate, n)
+        row["config"] = cname
+        rows.append(row)
+    return rows
+
+
 def run_methods(out: Path, methods: list[str], configs: list[str] | None = None) -> None:
     """Main-grid rows of ``methods`` (full-sweep sizes) -> merged into fig10_single_node.csv.
 
     Ablation labels (``ABLATIONS``) are merged into fig15_ablation.csv instead.
     """
-    from tqdm import tqdm
-
-    specs = {**METHODS, **MOMENTUM, **ABLATIONS}
     jobs = [
         (cname, rate, label)
         for cname, (_, _, full, *_rest) in CONFIGS.items()
@@ -479,13 +493,7 @@ def run_methods(out: Path, methods: list[str], configs: list[str] | None = None)
         for rate in full
         for label in methods
     ]
-    rows = []
-    for cname, rate, label in tqdm(jobs, desc="proserve methods", file=sys.stderr):
-        env, over = CONFIGS[cname][:2]
-        n = 500 if "32B" in cname else 1000
-        row = run_single(env, over, label, specs[label], rate, n)
-        row["config"] = cname
-        rows.append(row)
+    rows = _run_points(jobs, {**METHODS, **MOMENTUM, **ABLATIONS}, "proserve methods")
     main_rows = [r for r in rows if r["method"] not in ABLATIONS]
     if main_rows:
         _merge(main_rows, out / "fig10_single_node.csv")
@@ -501,25 +509,15 @@ def run_slo_variant(out: Path, variant: str, configs: list[str] | None = None) -
     point, and ProServe's max gain over the best and the worst baseline inside the paper's
     plotted window, both bounds of ``paper_window``) under ``out``; returns the markdown.
     """
-    from tqdm import tqdm
-
-    slo = SLO_VARIANTS[variant]
-    labels = [*BASELINES, "ProServe"]
     jobs = [
         (cname, rate, label)
         for cname, (_, _, full, *_rest) in CONFIGS.items()
         if not configs or cname in configs
         for rate in sorted({*full, *FINE_RATES.get(cname, [])})
-        for label in labels
+        for label in [*BASELINES, "ProServe"]
     ]
-    rows = []
     t0 = time.perf_counter()
-    for cname, rate, label in tqdm(jobs, desc=f"proserve slo={variant}", file=sys.stderr):
-        env, over = CONFIGS[cname][:2]
-        n = 500 if "32B" in cname else 1000
-        row = run_single(env, {**over, **slo}, label, METHODS[label], rate, n)
-        row["config"] = cname
-        rows.append(row)
+    rows = _run_points(jobs, METHODS, f"proserve slo={variant}", SLO_VARIANTS[variant])
     _write(rows, out / "fig10_single_node.csv")
     md = slo_findings(rows, variant, time.perf_counter() - t0)
     (out / "findings.md").write_text(md)
@@ -577,8 +575,6 @@ def run_fine(out: Path, configs: list[str] | None = None, methods: list[str] | N
 
     With ``configs`` or ``methods`` only those rows are rerun and merged into the file.
     """
-    from tqdm import tqdm
-
     jobs = [
         (cname, rate, label)
         for cname, rates in FINE_RATES.items()
@@ -586,13 +582,7 @@ def run_fine(out: Path, configs: list[str] | None = None, methods: list[str] | N
         for rate in rates
         for label in methods or [*BASELINES, "ProServe"]
     ]
-    rows = []
-    for cname, rate, label in tqdm(jobs, desc="proserve fine grid", file=sys.stderr):
-        env, over = CONFIGS[cname][:2]
-        n = 500 if "32B" in cname else 1000
-        row = run_single(env, over, label, METHODS[label], rate, n)
-        row["config"] = cname
-        rows.append(row)
+    rows = _run_points(jobs, METHODS, "proserve fine grid")
     if configs or methods:
         _merge(rows, out / "fig10_fine.csv")
     else:
