@@ -208,7 +208,8 @@ class Observer:
             arrival = req.arrival_time
             age = now - arrival
             gen = req.num_output_tokens
-            # Seconds to the next SLO bound (see _slack), inlined.
+            # Seconds to the next SLO bound: the TTFT bound until the first token, then the
+            # TPOT bound of the next token, capped by the deadline; 1e9 without any.
             first = req.first_token_time
             if first is None:
                 bound = None if ttft is None else arrival + ttft
@@ -278,18 +279,3 @@ def _clip(out: np.ndarray, lo: float, hi: float) -> None:
     as Python floats get, without converting them on every call.
     """
     _clip_ufunc(out, _BOUNDS.get(lo, lo), _BOUNDS.get(hi, hi), out=out)
-
-
-def _slack(req: Request, spec: Any, now: float) -> float:
-    """Seconds until the request's next SLO bound (large positive without one)."""
-    bound = None
-    if req.first_token_time is None:
-        if spec.slo_ttft_s is not None:
-            bound = req.arrival_time + spec.slo_ttft_s
-    elif spec.slo_tpot_s is not None:
-        bound = req.first_token_time + spec.slo_tpot_s * req.num_output_tokens
-    if spec.deadline_s is not None:
-        bound = spec.deadline_s if bound is None else min(bound, spec.deadline_s)
-    if bound is None:
-        return 1e9
-    return bound - now
