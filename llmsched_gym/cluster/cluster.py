@@ -135,6 +135,12 @@ class Cluster:
 
     Use ``run()`` with the router given here, or drive routing yourself (a Gymnasium routing
     env): ``while (d := cluster.next_decision()) is not None: cluster.dispatch(choice)``.
+
+    Between decisions an instance may hold a decode stretch advanced on its clock but not yet
+    applied to its requests (``lazy_stretches``; see ``Engine.sync``): ``InstanceView``'s
+    counts, free blocks and backlog read through it, and ``Engine.running`` / ``Engine.kv``
+    apply it first, so every reader sees the state stepping would have reached.
+    ``lazy_stretches=False`` applies every stretch at once (same records, slower).
     """
 
     def __init__(
@@ -146,6 +152,7 @@ class Cluster:
         seed: int = 0,
         fast_forward: bool = True,
         record_steps: bool = False,
+        lazy_stretches: bool = True,
     ) -> None:
         from llmsched_gym.cost.registry import load_cost_model
         from llmsched_gym.policies.registry import make_policy
@@ -203,6 +210,10 @@ class Cluster:
                 cfg, policy, model, fast_forward=fast_forward, record_steps=record_steps
             )
             engine.jobs = jobs_view  # type: ignore[assignment]  # lookups for ctx.job only
+            # Decode stretches cut only by the next routing decision stay pending across it
+            # (``Engine.sync``): an instance that gets no request continues its stretch
+            # instead of applying it and starting a new one. Records are identical either way.
+            engine.lazy_stretches = lazy_stretches
             inst = Instance(i, s, policy, engine)
             engine.finish_listeners.append(self._listener(inst))
             self.instances.append(inst)
@@ -361,6 +372,11 @@ class Cluster:
             else:  # tied with another instance: one step starting at s is safe
                 engine.step()
             inst.busy_s += engine.now - s
+
+    def sync(self) -> None:
+        """Apply every instance's pending decode stretch (``Engine.sync``), e.g. before records."""
+        for x in self.instances:
+            x.engine.sync()
 
     def _decision(self) -> RoutingDecision:
         t, _, _, spec = self._pending

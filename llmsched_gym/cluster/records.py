@@ -202,6 +202,9 @@ def cluster_result(cluster: Any, jobs: Sequence[Job], *, wall_s: float, record_s
     from llmsched_gym.metrics.summary import summary_values
     from llmsched_gym.metrics.table import request_table
 
+    sync = getattr(cluster, "sync", None)
+    if sync is not None:  # a truncated run may leave decode stretches pending
+        sync()
     raw, gaps = _merged_columns(cluster)
     table = request_table(raw)
     steps = None

@@ -116,20 +116,21 @@ def _backlog_sums(
     return p_tot, attn, n_p, d_tot, d_max, kv
 
 
-def _running_sums(running: Sequence[Any]) -> _Sums:
+def _running_sums(running: Sequence[Any], lag: int = 0) -> _Sums:
     """``_backlog_sums`` of running requests' items, built inline (no tuple per request).
 
     Item of a running request: ``(left, computed, max_tokens - output - 1, num_tokens)`` while
     more than one token is left to compute, else ``(0, 0, max_tokens - output, num_tokens - 1)``
     (the same float operations in the same order as :func:`_backlog_sums` on those items).
+    ``lag``: decode steps the counters lag behind the clock (``Engine.peek_running``).
     """
     p_tot = attn = n_p = d_tot = d_max = 0
     kv = 0.0
     for r in running:
-        t = r.num_tokens
-        c = r.num_computed_tokens
+        t = r.num_tokens + lag
+        c = r.num_computed_tokens + lag
         p = t - c
-        d = r.max_tokens - r.num_output_tokens
+        d = r.max_tokens - r.num_output_tokens - lag
         if p > 1:
             p_tot += p
             attn += p * p + 2 * c * p
@@ -202,7 +203,7 @@ class InstanceView:
     @property
     def num_running(self) -> int:
         """Requests in the running batch."""
-        return len(self._engine.running)
+        return self._engine.num_running
 
     @property
     def num_requests(self) -> int:
@@ -212,7 +213,7 @@ class InstanceView:
     @property
     def num_prefill(self) -> int:
         """Running requests with more than one token to compute (prompt, chunk or refill)."""
-        return sum(1 for r in self._engine.running if r.num_tokens - r.num_computed_tokens > 1)
+        return self._engine.running_prefills
 
     @property
     def num_decode(self) -> int:
@@ -222,7 +223,7 @@ class InstanceView:
     @property
     def num_free_blocks(self) -> int:
         """Free KV blocks (cached-but-unused ones count as free)."""
-        return self._engine.kv.num_free_blocks
+        return self._engine.num_free_blocks
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -270,7 +271,7 @@ class InstanceView:
                 items.append((s.prompt_len - ext, ext, s.max_tokens - 1, s.prompt_len))
             # Running requests first, then waiting, then routed-but-not-arrived (the order of
             # the float sums); running ones are summed without building their items.
-            sums = _backlog_sums(items, _running_sums(e.running))
+            sums = _backlog_sums(items, _running_sums(*e.peek_running()))
             self._backlog = _price(e.cost_model, sums, e.config.max_num_batched_tokens)
         return self._backlog
 

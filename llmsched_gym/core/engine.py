@@ -14,7 +14,10 @@ One engine step is one batch iteration, as in vLLM's ``EngineCore.step``:
 When nothing is running or waiting the clock jumps to the next arrival. With ``fast_forward`` on,
 stretches in which the schedule provably cannot change (all running requests decode, none
 finishes, no waiting request can be admitted, no allocation can fail, no arrival) advance many
-steps at once; records and schedule logs are identical either way.
+steps at once; records and schedule logs are identical either way. A cluster's engines may leave
+a stretch that only the next routing decision cut pending and continue it after the decision
+(``lazy_stretches``, ``Engine.sync``): an instance that gets no request does not touch its
+requests again until the stretch ends or someone reads them.
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ class StepContext:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._kv = engine.kv
+        self._kv = engine._kv
         self.config = engine.config
         self.block_size = engine.config.block_size
         self.max_num_seqs = engine.config.max_num_seqs
@@ -139,7 +142,7 @@ class StepContext:
         self.new: list[tuple[Request, int]] = []
         self.resumed: list[tuple[Request, int]] = []
         self.preempted: list[Request] = []
-        self.running: list[Request] = engine.running
+        self.running: list[Request] = engine._running
         """Running requests in admission order (the engine's list: iterate, never reorder it)."""
         self.waiting = engine.waiting
         self.num_eligible = 0
@@ -178,7 +181,7 @@ class StepContext:
     @property
     def num_free_blocks(self) -> int:
         """Free KV blocks now (cached-but-unused blocks count as free)."""
-        return self._engine.kv.pool.num_free
+        return self._kv.pool.num_free
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -193,7 +196,7 @@ class StepContext:
         ``Engine.enqueue(..., computed_tokens=N)``) reports at least N hit tokens on its first
         admission; its hit blocks are the local prefix-cache ones only.
         """
-        hit = self._engine.kv.get_computed_blocks(req)
+        hit = self._kv.get_computed_blocks(req)
         # PD hand-off: tokens delivered from outside count as computed (vLLM's external KV).
         ext = req.num_external_tokens
         if ext > hit[1] and req.status is RequestStatus.WAITING:
@@ -205,12 +208,12 @@ class StepContext:
 
         False means "maybe": ``admit`` decides.
         """
-        return self._engine.kv.surely_blocked(req)
+        return self._kv.surely_blocked(req)
 
     def blocks_needed_to_admit(self, req: Request) -> int:
         """Free blocks the admission gate would ask of ``req`` now."""
-        hits, _ = self._engine.kv.get_computed_blocks(req)
-        return self._engine.kv.blocks_to_admit(req, hits)
+        hits, _ = self._kv.get_computed_blocks(req)
+        return self._kv.blocks_to_admit(req, hits)
 
     def job(self, req: Request) -> JobState | None:
         """Released-so-far view of the job ``req`` belongs to (None outside jobs)."""
@@ -378,13 +381,13 @@ class StepContext:
         n = min(remaining, self.token_budget) if num_tokens is None else num_tokens
         check_admit_tokens(req, num_tokens, n, remaining, self.token_budget)
         if (
-            eng.kv.allocate_slots(
+            eng._kv.allocate_slots(
                 req, external + n, hit_blocks, num_lookahead_tokens, full_sequence_must_fit
             )
             is None
         ):
             return None
-        eng.kv.record_lookup(req, hit_tokens - external)
+        eng._kv.record_lookup(req, hit_tokens - external)
         self.waiting.remove(req) if self.waiting.peek() is not req else self.waiting.pop()
         self.running.append(req)
         eng.waiting_tokens -= req.num_tokens
@@ -425,7 +428,7 @@ class StepContext:
         if n:
             self.token_budget += n
             self._account(req.num_computed_tokens, n, -1)
-        eng.kv.free(req, preempted=True)
+        eng._kv.free(req, preempted=True)
         left = req.num_tokens - req.num_computed_tokens
         eng.running_tokens -= left
         if left > 1:
@@ -490,6 +493,10 @@ class Engine:
         schedule_log: IO[str] | None = None,
         record_steps: bool = False,
     ) -> None:
+        self._plan: _Stretch | None = None
+        """A decode stretch advanced on the clock but not yet applied (``lazy_stretches``)."""
+        self.lazy_stretches = False
+        """Let ``advance`` leave a stretch cut only by ``until`` pending (see ``sync``)."""
         self.config = config
         self.policy = policy
         self.cost_model = cost_model
@@ -505,10 +512,10 @@ class Engine:
         """Decode stretches priced with the longest context too (item-level cost models)."""
         self.schedule_log = schedule_log
         self.record_steps = record_steps
-        self.kv = KVCacheManager(
+        self._kv = KVCacheManager(
             config.num_gpu_blocks, config.block_size, config.enable_prefix_caching
         )
-        self.running: list[Request] = []
+        self._running: list[Request] = []
         if policy.queue_policy(config) == "priority":
             self.waiting: FCFSQueue | PriorityQueue = PriorityQueue(policy.priority_key)
         else:
@@ -545,9 +552,73 @@ class Engine:
         )
         policy.reset(self)
 
+    # -- state a pending stretch leaves behind ------------------------------------------------
+    @property
+    def running(self) -> list[Request]:
+        """Running requests in admission order (a pending stretch is applied first)."""
+        if self._plan is not None:
+            self.sync()
+        return self._running
+
+    @property
+    def kv(self) -> KVCacheManager:
+        """The KV cache manager (a pending stretch is applied first)."""
+        if self._plan is not None:
+            self.sync()
+        return self._kv
+
+    @property
+    def num_running(self) -> int:
+        """Requests in the running batch (no stretch ends while one is pending)."""
+        return len(self._running)
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Free KV blocks at the clock, counting a pending stretch's allocations (no apply)."""
+        free = self._kv.pool.num_free
+        plan = self._plan
+        if plan is None:
+            return free
+        return free - plan.allocations(len(plan.durations))
+
+    @property
+    def prefix_cache_counts(self) -> tuple[int, int]:
+        """(hit tokens, queried tokens) of prefix lookups so far (decode steps change neither)."""
+        kv = self._kv
+        return kv.hits, kv.queries
+
+    def peek_running(self) -> tuple[list[Request], int]:
+        """The running list without applying a pending stretch, and the steps it lags by.
+
+        While ``lag`` > 0 every running request is a pure decode whose ``num_computed_tokens``,
+        ``num_tokens`` and ``num_output_tokens`` are each ``lag`` short of their values at the
+        clock (and no request finished). Read-only: the list is the engine's.
+        """
+        plan = self._plan
+        return self._running, 0 if plan is None else len(plan.durations)
+
+    def sync(self) -> None:
+        """Apply a pending decode stretch to the requests, KV blocks and records.
+
+        With ``lazy_stretches`` (clusters set it), ``advance`` may stop a fast-forwarded stretch
+        at ``until`` without touching the requests: the clock moves, and the next ``advance``
+        continues the same stretch. Everything that reads or changes the rest of the state
+        (``running``, ``kv``, ``step``, ``enqueue``...) applies it first; the result is the
+        state stepping would have reached. ``num_steps``, ``itl_values`` and step records lag
+        until then.
+        """
+        plan = self._plan
+        if plan is None:
+            return
+        self._plan = None
+        self.now = plan.starts[0]
+        self._advance_decode_stretch(len(plan.durations), plan.durations, plan.starts)
+
     # -- requests ----------------------------------------------------------------------------
     def add_requests(self, specs: Sequence[RequestSpec]) -> None:
         """Queue specs for arrival (validated against this engine's KV capacity)."""
+        if self._plan is not None:
+            self.sync()
         self._check_specs(specs)
         self._pending.extend(specs)
         self._pending[self._next_arrival :] = sorted(
@@ -559,6 +630,8 @@ class Engine:
 
         Requests of fixed stages are validated now; ``build`` stages when they are released.
         """
+        if self._plan is not None:
+            self.sync()
         for job in jobs:
             for stage in job.stages:
                 self._check_specs(stage.requests, offset=job.arrival_time)
@@ -593,6 +666,8 @@ class Engine:
         at its first admission those tokens count as computed (blocks are allocated for them
         then, no compute is charged), as vLLM's external KV of a disaggregated prefill.
         """
+        if self._plan is not None:
+            self.sync()
         self._check_specs([spec], allow_past=True)
         if computed_tokens:
             if not 0 < computed_tokens < spec.prompt_len:
@@ -643,10 +718,11 @@ class Engine:
                 if progress is not None and len(self.finished) != last_done:
                     progress(len(self.finished) - last_done)
                     last_done = len(self.finished)
+        self.sync()
 
     def next_event_time(self) -> float:
         """When this engine next acts: the clock if it has work, else its next arrival (inf)."""
-        if self.running or self.waiting:
+        if self._running or self.waiting:
             return self.now
         if self._next_arrival < len(self._pending):
             return max(self.now, self._pending[self._next_arrival].arrival_time)
@@ -655,7 +731,7 @@ class Engine:
     def _ready(self, until: float) -> bool:
         """Admit arrivals (jumping an idle clock to the next one); True if a step starts < until."""
         self._admit_arrivals()
-        while not self.running and not self.waiting:
+        while not self._running and not self.waiting:
             if self._next_arrival >= len(self._pending):
                 return False
             t = self._pending[self._next_arrival].arrival_time
@@ -672,6 +748,8 @@ class Engine:
         False (and does nothing) when no request is left or the next step would start at or
         after ``until``. A cluster interleaves its instances with this.
         """
+        if self._plan is not None:
+            return self._continue_stretch(until)
         if not self._ready(until):
             return False
         self._until = until
@@ -688,6 +766,8 @@ class Engine:
         Environments sit on these decision points: a stretch the engine fast-forwards is one
         whose schedule no decision could change.
         """
+        if self._plan is not None:
+            self.sync()
         while self._ready(until):
             self._until = until
             if not (self.fast_forward and self._try_fast_forward()):
@@ -703,6 +783,8 @@ class Engine:
         policy's ``schedule`` still runs, on the held context, instead of on a fresh one.
         ``ctx.held`` is True until then.
         """
+        if self._plan is not None:
+            self.sync()
         ctx = self.ctx
         ctx._begin(self.now, self.num_steps)
         ctx._held = True
@@ -714,8 +796,10 @@ class Engine:
         Arrivals up to the clock join first; when idle, the clock jumps to the next arrival.
         A step begun by ``hold_step`` is executed with what the caller scheduled on it.
         """
+        if self._plan is not None:
+            self.sync()
         self._admit_arrivals()
-        while not self.running and not self.waiting:
+        while not self._running and not self.waiting:
             if self._next_arrival >= len(self._pending):
                 return False
             self.now = max(self.now, self._pending[self._next_arrival].arrival_time)
@@ -731,7 +815,7 @@ class Engine:
             ctx._begin(self.now, self.num_steps)
         self.policy.schedule(ctx)
         scheduled = ctx.scheduled
-        num_free_after_schedule = self.kv.pool.num_free
+        num_free_after_schedule = self._kv.pool.num_free
         if self._item_priced:
             duration = self._phase_step_time(scheduled)
         elif self._prefill_kv_feature:
@@ -800,7 +884,7 @@ class Engine:
                 raise PolicyError(
                     f"policy {self.policy.name!r} scheduled nothing for {_STALL_LIMIT} "
                     f"consecutive steps with {len(self.waiting)} waiting and "
-                    f"{len(self.running)} running requests at t={self.now:.3f} s (a deadlock)"
+                    f"{len(self._running)} running requests at t={self.now:.3f} s (a deadlock)"
                 )
         # Preemptions reset the stall count, so a policy that preempts and re-admits without
         # ever sampling (a livelock) is caught here: no token sampled for _STALL_LIMIT steps
@@ -816,12 +900,12 @@ class Engine:
                 and self._unsampled_preemptions >= _LIVELOCK_PREEMPTIONS
             ):
                 most = max(
-                    (*self.running, *self.waiting), key=lambda r: (r.num_preemptions, r.request_id)
+                    (*self._running, *self.waiting), key=lambda r: (r.num_preemptions, r.request_id)
                 )
                 raise PolicyError(
                     f"policy {self.policy.name!r} sampled no token for {_STALL_LIMIT} steps "
                     f"while preempting {self._unsampled_preemptions} times, at t={self.now:.3f} "
-                    f"s with {len(self.waiting)} waiting and {len(self.running)} running "
+                    f"s with {len(self.waiting)} waiting and {len(self._running)} running "
                     f"requests (a livelock); request {most.request_id!r} was preempted "
                     f"{most.num_preemptions} times"
                 )
@@ -843,9 +927,9 @@ class Engine:
             req.status = RequestStatus.FINISHED
             req.finish_time = end
             self.running_tokens -= req.num_tokens - req.num_computed_tokens
-            self.kv.free(req)
+            self._kv.free(req)
             self.policy.on_finish(req, end)
-        running = self.running
+        running = self._running
         if len(finished) <= 4:
             for req in finished:
                 running.remove(req)  # by identity (no __eq__), order kept
@@ -868,7 +952,7 @@ class Engine:
         policy = self.policy
         if not policy.fast_forward_safe:
             return False
-        running = self.running
+        running = self._running
         n = len(running)
         if n == 0 or n > self.config.max_num_batched_tokens or self.running_prefills:
             return False
@@ -881,9 +965,9 @@ class Engine:
             # Admission needs (blocks_to_admit <= free); during the stretch free blocks only
             # shrink and the head's need only grows (hits can only be evicted), so a blocked
             # head stays blocked.
-            if not self.kv.surely_blocked(head):
-                hits, _ = self.kv.get_computed_blocks(head)
-                if self.kv.blocks_to_admit(head, hits) <= self.kv.pool.num_free:
+            if not self._kv.surely_blocked(head):
+                hits, _ = self._kv.get_computed_blocks(head)
+                if self._kv.blocks_to_admit(head, hits) <= self._kv.pool.num_free:
                     return False
         # Every running request decodes: none has more than one token left and, as each has at
         # least one, the tokens left sum to n. So the check needs no pass over ``running`` in
@@ -901,7 +985,7 @@ class Engine:
         # Largest k such that the block-boundary allocations in steps [0, k) fit in free blocks;
         # nobody allocates more than ceil(k / bs) blocks in k steps, so plenty is O(1).
         bs = self.config.block_size
-        free = self.kv.pool.num_free
+        free = self._kv.pool.num_free
         if n * ((k + bs - 1) // bs) > free:
             # Request i needs a new block at step offsets o_i, o_i + bs, ...
             offsets = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
@@ -909,48 +993,90 @@ class Engine:
             if k < 2:
                 return False
         m0 = sum(map(_num_computed_tokens, running))
-        # Step times (the same float operations as stepping one at a time), cut at the next
-        # arrival: every step of the stretch must start before it.
-        t_next = min(
+        # A decode's price may need the longest context too (item-level cost models).
+        longest = (
+            max(map(_num_computed_tokens, running))
+            if self._decode_series_longest is not None
+            else 0
+        )
+        # Every step of the stretch must start before the next arrival (and before ``until``).
+        t_arr = (
             self._pending[self._next_arrival].arrival_time
             if self._next_arrival < len(self._pending)
-            else float("inf"),
-            self._until,
+            else float("inf")
         )
-        now = self.now
+        until = self._until
+        durations, starts = self._decode_series(
+            n, m0, longest, k, self.now, until if until < t_arr else t_arr
+        )
+        j = len(durations)
+        if self.lazy_stretches and 0 < j < k and starts[j] < t_arr:
+            # Cut only by ``until``: move the clock, keep the stretch pending (``sync``).
+            self._plan = _Stretch(running, bs, k, n, m0, longest, t_arr, durations, starts)
+            self.now = starts[j]
+            return True
+        if j < 2:
+            return False
+        self._advance_decode_stretch(j, durations, starts)
+        return True
+
+    def _decode_series(
+        self, n: int, m0: int, longest: int, k: int, now: float, t_next: float
+    ) -> tuple[list[float], list[float]]:
+        """Durations and starts of up to ``k`` decode steps of ``n`` requests, cut at ``t_next``.
+
+        Step ``j`` has context sum ``m0 + j * n`` (and longest context ``longest + j``); each
+        duration is priced with the same float operations as stepping it, so a stretch priced
+        in pieces equals one priced whole. ``len(starts) == len(durations) + 1``.
+        """
         if self._decode_series_longest is not None:
-            # A decode's price needs the longest context too: every context grows by one a step.
-            longest = max(map(_num_computed_tokens, running))
-            durations, starts = self._decode_series_longest(n, m0, longest, k, now, t_next)
-            k = len(durations)
-        elif k <= 256:
+            return self._decode_series_longest(n, m0, longest, k, now, t_next)
+        if k <= 256:
             series = getattr(self.cost_model, "decode_series", None)
             if series is not None:
-                durations, starts = series(n, m0, k, now, t_next)
-            else:
-                step_time = self.cost_model.step_time
-                durations = []
-                starts = [now]
-                t = now
-                for j in range(k):
-                    if t >= t_next:
-                        break
-                    d = step_time(n, 0, m0 + j * n, 0, n)
-                    durations.append(d)
-                    t = t + d
-                    starts.append(t)
-            k = len(durations)
-        else:
-            steps = np.arange(k, dtype=np.int64)
-            nn = np.full(k, n, dtype=np.int64)
-            zero = np.zeros(k, dtype=np.int64)
-            dur = self.cost_model.step_times(nn, zero, m0 + steps * n, zero, nn)
-            st = np.cumsum(np.concatenate(([now], dur)))  # sequential additions
-            k = min(k, int(np.searchsorted(st[:k], t_next, side="left")))
-            durations, starts = dur[:k].tolist(), st[: k + 1].tolist()
-        if k < 2:
+                return series(n, m0, k, now, t_next)
+            step_time = self.cost_model.step_time
+            durations: list[float] = []
+            starts = [now]
+            t = now
+            for j in range(k):
+                if t >= t_next:
+                    break
+                d = step_time(n, 0, m0 + j * n, 0, n)
+                durations.append(d)
+                t = t + d
+                starts.append(t)
+            return durations, starts
+        steps = np.arange(k, dtype=np.int64)
+        nn = np.full(k, n, dtype=np.int64)
+        zero = np.zeros(k, dtype=np.int64)
+        dur = self.cost_model.step_times(nn, zero, m0 + steps * n, zero, nn)
+        st = np.cumsum(np.concatenate(([now], dur)))  # sequential additions
+        k = min(k, int(np.searchsorted(st[:k], t_next, side="left")))
+        return dur[:k].tolist(), st[: k + 1].tolist()
+
+    def _continue_stretch(self, until: float) -> bool:
+        """``advance`` with a pending stretch: price its next steps that start before ``until``.
+
+        The stretch is applied (``sync``) once it reaches its end or the next arrival.
+        """
+        plan = self._plan
+        now = self.now
+        if now >= until:
             return False
-        self._advance_decode_stretch(k, durations, starts)
+        t_arr = plan.t_arr
+        j = len(plan.durations)
+        n = plan.n
+        durations, starts = self._decode_series(
+            n, plan.m0 + j * n, plan.longest + j, plan.k - j, now, until if until < t_arr else t_arr
+        )
+        plan.durations += durations
+        plan.starts += starts[1:]
+        end = starts[-1]
+        if len(plan.durations) == plan.k or end >= t_arr:
+            self.sync()
+        else:
+            self.now = end
         return True
 
     def _advance_decode_stretch(self, k: int, durations: list[float], starts: list[float]) -> None:
@@ -959,10 +1085,10 @@ class Engine:
         Block-boundary allocations are collected in the same pass and made afterwards, in the
         order stepping would make them; then full blocks are registered and finishers free.
         """
-        running = self.running
+        running = self._running
         n = len(running)
         bs = self.config.block_size
-        kv = self.kv
+        kv = self._kv
         pool = kv.pool
         # Allocation events in (step, running position) order, as stepping would make them,
         # packed as step * n + position so that they sort as ints: request ``pos`` needs a
@@ -1046,7 +1172,7 @@ class Engine:
             "preempted": [r.request_id for r in ctx.preempted],
             "finished": [r.request_id for r in finished],
             "num_free_blocks": num_free,
-            "num_running": len(self.running),
+            "num_running": len(self._running),
             "num_waiting": len(self.waiting),
         }
         self.schedule_log.write(json.dumps(line) + "\n")
@@ -1063,7 +1189,7 @@ class Engine:
 
         Called before the finishers of the last step leave ``running``.
         """
-        ids = [r.request_id for r in self.running]
+        ids = [r.request_id for r in self._running]
         n, n_waiting, nf = len(ids), len(self.waiting), len(finished_ids)
         base = self.num_steps
         if self.schedule_log is not None:
@@ -1105,12 +1231,14 @@ class Engine:
         s["num_resumed"].append(len(ctx.resumed))
         s["num_preempted"].append(len(ctx.preempted))
         s["num_finished"].append(nfin)
-        s["num_running"].append(len(self.running))
+        s["num_running"].append(len(self._running))
         s["num_waiting"].append(len(self.waiting))
         s["num_free_blocks"].append(num_free)
 
     def step_columns(self) -> dict[str, np.ndarray]:
         """Per-step records as columns (needs ``record_steps=True``)."""
+        if self._plan is not None:
+            self.sync()
         if self._steps is None:
             raise ConfigError("per-step records were not enabled (record_steps=False)")
         cols = {k: np.asarray(v) for k, v in self._steps.items()}
@@ -1122,6 +1250,57 @@ class Engine:
 
 # Raw per-step columns the engine records; kv_cache_usage is derived from num_free_blocks.
 _STEP_FIELDS = tuple(c.value for c in StepColumn if c is not StepColumn.KV_CACHE_USAGE)
+
+
+class _Stretch:
+    """A pure-decode stretch advanced on the clock but not applied (``Engine.sync``).
+
+    ``k`` bounds it (no request finishes before step ``k - 1``, blocks last); ``durations`` and
+    ``starts`` price the steps taken so far; ``t_arr`` is the next arrival, which ends it.
+    """
+
+    __slots__ = (
+        "bs",
+        "durations",
+        "k",
+        "longest",
+        "m0",
+        "n",
+        "rooms",
+        "running",
+        "starts",
+        "t_arr",
+    )
+
+    def __init__(
+        self,
+        running: list[Request],
+        bs: int,
+        k: int,
+        n: int,
+        m0: int,
+        longest: int,
+        t_arr: float,
+        durations: list[float],
+        starts: list[float],
+    ) -> None:
+        self.k, self.n, self.m0, self.longest, self.t_arr = k, n, m0, longest, t_arr
+        self.durations, self.starts, self.bs = durations, starts, bs
+        self.running = running
+        self.rooms: list[int] | None = None
+
+    def allocations(self, steps: int) -> int:
+        """Blocks the stretch's first ``steps`` steps allocate."""
+        bs = self.bs
+        if self.rooms is None:
+            # Free slots in each request's blocks at the start (unchanged while pending):
+            # request i allocates at steps rooms[i], rooms[i] + bs, ...
+            self.rooms = [len(r.blocks) * bs - r.num_computed_tokens for r in self.running]
+        total = 0
+        for o in self.rooms:
+            if steps > o:
+                total += (steps - o + bs - 1) // bs
+        return total
 
 
 def _arrival_time(spec: RequestSpec) -> float:

@@ -213,10 +213,10 @@ class RouteObserver:
             e = self.engines[i]
             v = views[i]
             nw = len(e.waiting) + len(e._pending) - e._next_arrival
-            nr = len(e.running)
+            # Engine-level reads that leave a pending decode stretch pending (``Engine.sync``).
+            nr = e.num_running
             n_pre = e.running_prefills  # kept by the engine, no pass over running
-            kv = e.kv
-            free = kv.num_free_blocks
+            free = e.num_free_blocks
             usage = 1.0 - free / self._usable[i]
             bs = self._bs[i]
             need = -(-need_tokens // bs)
@@ -236,8 +236,9 @@ class RouteObserver:
                 is_dec,
                 t_pre / (t_pre + 1.0),
             )
-            hits += kv.hits
-            queries += kv.queries
+            h, q = e.prefix_cache_counts
+            hits += h
+            queries += q
             waiting_total += nw
             running_total += nr
             kv_total += usage
