@@ -324,17 +324,6 @@ class Cluster:
             for x in released:
                 self._push(x.arrival_time, _ARRIVAL, x)
 
-    def _next_engine(self) -> tuple[float, Instance | None, float]:
-        """(earliest next event time, its instance, the next event time of all the others)."""
-        best_t, best, second = float("inf"), None, float("inf")
-        for x in self.instances:
-            t = x.engine.next_event_time()
-            if t < best_t:
-                best_t, best, second = t, x, best_t
-            elif t < second:
-                second = t
-        return best_t, best, second
-
     def next_decision(self) -> RoutingDecision | None:
         """Advance every engine until a request must be routed; None when the run is over.
 
@@ -343,13 +332,20 @@ class Cluster:
         if self._pending is not None:
             return self._decision()
         heap = self._heap
+        instances = self.instances
+        # Each engine's next event time (the clock when it has work, else its next arrival),
+        # refreshed for the engine that moved: between two decisions only the cluster changes
+        # its engines (advancing one, or handing a PD request to one).
+        times = [x.engine.next_event_time() for x in instances]
+        inf = float("inf")
         while True:
-            t_arr = heap[0][0] if heap else float("inf")
-            s, inst, s_other = self._next_engine()
+            t_arr = heap[0][0] if heap else inf
+            s = min(times)  # the earliest instance, the first on ties
             if heap and t_arr <= s:
                 event = heapq.heappop(heap)
                 if event[2] == _HANDOFF:
                     self._handoff(event)
+                    times = [x.engine.next_event_time() for x in instances]
                     continue
                 spec = event[3]
                 candidates = self._candidates(spec)
@@ -358,20 +354,27 @@ class Cluster:
                 self._pending = event
                 self._pending_candidates = candidates
                 return self._decision()
-            if inst is None:
+            if s == inf:
                 return None
+            i = times.index(s)
+            inst = instances[i]
             engine = inst.engine
             # A finish elsewhere can release a job stage or hand a PD request over: then no
             # instance may run a step starting at or after another instance's next step start
             # before that instance has run it (its finishes are not known yet). Without jobs or
             # PD, arrivals are all known and only the next one bounds a stretch.
-            bound = min(t_arr, s_other) if self._causal else t_arr
+            if self._causal:
+                s_other = min(times[:i] + times[i + 1 :]) if len(times) > 1 else inf
+                bound = t_arr if t_arr < s_other else s_other
+            else:
+                bound = t_arr
             if bound > s:
                 if not engine.advance(bound):  # pragma: no cover - s < bound guarantees a step
                     raise RuntimeError(f"instance {inst.name!r} did not advance at t={s}")
             else:  # tied with another instance: one step starting at s is safe
                 engine.step()
             inst.busy_s += engine.now - s
+            times[i] = engine.next_event_time()
 
     def sync(self) -> None:
         """Apply every instance's pending decode stretch (``Engine.sync``), e.g. before records."""

@@ -146,6 +146,45 @@ def _running_sums(running: Sequence[Any], lag: int = 0) -> _Sums:
     return p_tot, attn, n_p, d_tot, d_max, kv
 
 
+def _engine_running_sums(engine: Any) -> _Sums:
+    """``_running_sums`` of an engine's running requests at its clock.
+
+    While a decode stretch is pending (``Engine.peek_running``) every item is a decode, and the
+    sums are polynomials in the lag: their integer aggregates are kept in the stretch's memo
+    once, so later decisions read them in O(1). ``kv`` is a sum of integers (``d * (d - 1)`` is
+    even), so computing it exactly and converting once gives the float the loop would.
+    """
+    running, lag, memo = engine.peek_running()
+    if memo is None:
+        return _running_sums(running, lag)
+    agg = memo.get("backlog")
+    if agg is None:
+        # At the stretch's start: d = tokens still allowed, t = context (num_tokens - 1).
+        n = s_d = s_t = s_dt = s_dd = 0
+        d_max = 0
+        for r in running:
+            d = r.max_tokens - r.num_output_tokens
+            t = r.num_tokens - 1
+            n += 1
+            s_d += d
+            s_t += t
+            s_dt += d * t
+            s_dd += d * d
+            if d > d_max:
+                d_max = d
+        agg = memo["backlog"] = (n, s_d, s_t, s_dt, s_dd, d_max)
+    n, s_d, s_t, s_dt, s_dd, d_max = agg
+    # With e = d - lag (>= 1: no request finishes inside the stretch) and t + lag:
+    # kv = sum e * (t + lag) + e * (e - 1) / 2.
+    s_e = s_d - n * lag
+    s_et = s_dt + lag * s_d - lag * s_t - n * lag * lag
+    s_ee = s_dd - 2 * lag * s_d + n * lag * lag
+    kv = s_et + (s_ee - s_e) // 2
+    if kv >= 2**53:  # beyond exact floats: sum in the loop's order instead
+        return _running_sums(running, lag)
+    return 0, 0, 0, s_e, d_max - lag, float(kv)
+
+
 def _price(cost_model: Any, sums: _Sums, max_num_batched_tokens: int) -> float:
     """The backlog in seconds from its accumulators (see :func:`estimate_backlog_s`)."""
     p_tot, attn, n_p, d_tot, d_max, kv = sums
@@ -271,7 +310,7 @@ class InstanceView:
                 items.append((s.prompt_len - ext, ext, s.max_tokens - 1, s.prompt_len))
             # Running requests first, then waiting, then routed-but-not-arrived (the order of
             # the float sums); running ones are summed without building their items.
-            sums = _backlog_sums(items, _running_sums(*e.peek_running()))
+            sums = _backlog_sums(items, _engine_running_sums(e))
             self._backlog = _price(e.cost_model, sums, e.config.max_num_batched_tokens)
         return self._backlog
 

@@ -587,15 +587,20 @@ class Engine:
         kv = self._kv
         return kv.hits, kv.queries
 
-    def peek_running(self) -> tuple[list[Request], int]:
-        """The running list without applying a pending stretch, and the steps it lags by.
+    def peek_running(self) -> tuple[list[Request], int, dict[str, Any] | None]:
+        """The running list without applying a pending stretch: ``(running, lag, memo)``.
 
         While ``lag`` > 0 every running request is a pure decode whose ``num_computed_tokens``,
         ``num_tokens`` and ``num_output_tokens`` are each ``lag`` short of their values at the
-        clock (and no request finished). Read-only: the list is the engine's.
+        clock, and none finishes before the stretch is applied. ``memo`` (None without a pending
+        stretch) is a dict that lives as long as the stretch: readers may keep aggregates of the
+        lagging counters there and shift them by ``lag`` on later reads. Read-only: the list is
+        the engine's.
         """
         plan = self._plan
-        return self._running, 0 if plan is None else len(plan.durations)
+        if plan is None:
+            return self._running, 0, None
+        return self._running, len(plan.durations), plan.memo
 
     def sync(self) -> None:
         """Apply a pending decode stretch to the requests, KV blocks and records.
@@ -1265,6 +1270,7 @@ class _Stretch:
         "k",
         "longest",
         "m0",
+        "memo",
         "n",
         "rooms",
         "running",
@@ -1288,6 +1294,8 @@ class _Stretch:
         self.durations, self.starts, self.bs = durations, starts, bs
         self.running = running
         self.rooms: list[int] | None = None
+        self.memo: dict[str, Any] = {}
+        """Readers' aggregates of the lagging counters (``Engine.peek_running``)."""
 
     def allocations(self, steps: int) -> int:
         """Blocks the stretch's first ``steps`` steps allocate."""

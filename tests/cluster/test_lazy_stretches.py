@@ -240,3 +240,44 @@ def test_truncated_route_episode_records_apply_pending_stretches() -> None:
     assert len(records.request_table["request_id"]) == sum(
         len(x.engine.finished) for x in env.cluster.instances
     )
+
+
+@pytest.mark.parametrize("scale", [1, 10**6])
+def test_backlog_aggregates_of_a_pending_stretch_equal_the_loop(scale) -> None:
+    """The O(1) running sums of a pending stretch equal the loop's, bit for bit.
+
+    ``scale`` 10**6 pushes ``kv`` past 2**53, where the loop's float sum is no longer exact and
+    the aggregates must fall back to it.
+    """
+    from types import SimpleNamespace
+
+    from llmsched_gym.cluster.routers import _engine_running_sums, _running_sums
+
+    rng = np.random.default_rng(scale)
+    reqs = []
+    for _ in range(40):
+        out = int(rng.integers(0, 50)) * scale
+        t = int(rng.integers(1, 3000)) * scale + out
+        reqs.append(
+            SimpleNamespace(
+                num_tokens=t,
+                num_computed_tokens=t - 1,
+                num_output_tokens=out,
+                max_tokens=out + int(rng.integers(30, 400)) * scale,
+            )
+        )
+    memo: dict = {}
+
+    class Stub:
+        lag = 0
+
+        def peek_running(self):
+            return reqs, self.lag, memo
+
+    stub = Stub()
+    for lag in range(1, 30):
+        stub.lag = lag
+        got, want = _engine_running_sums(stub), _running_sums(reqs, lag)
+        assert got == want and [type(x) for x in got] == [type(x) for x in want]
+    assert "backlog" in memo
+    assert (_running_sums(reqs, 1)[5] >= 2**53) == (scale > 1)  # both paths ran
