@@ -35,7 +35,8 @@ install_project() {
     echo "setup_vllm_venv: installing llmsched_gym (editable) and its light dependencies"
     "${pip_install[@]}" --no-warn-conflicts -c "$constraints" \
         "numpy>=1.24" "pandas>=2.0" "pyyaml>=6.0" "tqdm>=4.60" "matplotlib>=3.7" \
-        "tokenizers>=0.15" "gymnasium>=1.0" "pytest>=8" "hypothesis>=6.100"
+        "tokenizers>=0.15" "gymnasium>=1.0" "pytest>=8" "hypothesis>=6.100" \
+        "cython>=3.1,<4"
     "${pip_install[@]}" --no-deps -e "$repo_root"
     "$venv/bin/python" -c "$check_project"
 }

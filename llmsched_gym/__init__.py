@@ -7,6 +7,10 @@ models (``llmsched_gym.cost``) turn each batch into seconds.
 
 __version__ = "0.1.0"
 
+from llmsched_gym import _native  # noqa: E402
+
+_native.install_guard()  # compiled modules only while they match their sources (see _native)
+
 from llmsched_gym import _gym_hook  # noqa: E402
 
 _gym_hook.install()  # registers llmsched/<Task>-<Scenario>-v0 with Gymnasium (when imported)

@@ -35,6 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import cython
+
 from llmsched_gym._gc import gc_paused
 from llmsched_gym.cluster.pd import PDConfig, decode_spec, prefill_spec, transfer_seconds
 from llmsched_gym.cluster.routers import InstanceView, make_router
@@ -324,6 +326,7 @@ class Cluster:
             for x in released:
                 self._push(x.arrival_time, _ARRIVAL, x)
 
+    @cython.locals(engine=Engine, i=cython.long, times=list, instances=list)
     def next_decision(self) -> RoutingDecision | None:
         """Advance every engine until a request must be routed; None when the run is over.
 

@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+import cython
 import numpy as np
 
+from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.job import JobState
-from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.core.request import Request, RequestSpec
 from llmsched_gym.errors import ConfigError
-
-if TYPE_CHECKING:
-    from llmsched_gym.core.engine import Engine
 
 __all__ = [
     "LOAD_METRICS",
@@ -96,6 +95,18 @@ _Sums = tuple[int, int, int, int, int, float]
 longest decode D_max, decode KV reads K)."""
 
 
+@cython.locals(
+    p=cython.long,
+    m=cython.long,
+    d=cython.long,
+    length=cython.long,
+    p_tot=cython.long,
+    attn=cython.long,
+    n_p=cython.long,
+    d_tot=cython.long,
+    d_max=cython.long,
+    kv=cython.double,
+)
 def _backlog_sums(
     items: Sequence[tuple[int, int, int, int]] | Any, sums: _Sums = (0, 0, 0, 0, 0, 0.0)
 ) -> _Sums:
@@ -116,6 +127,20 @@ def _backlog_sums(
     return p_tot, attn, n_p, d_tot, d_max, kv
 
 
+@cython.locals(
+    r=Request,
+    lag=cython.long,
+    t=cython.long,
+    c=cython.long,
+    p=cython.long,
+    d=cython.long,
+    p_tot=cython.long,
+    attn=cython.long,
+    n_p=cython.long,
+    d_tot=cython.long,
+    d_max=cython.long,
+    kv=cython.double,
+)
 def _running_sums(running: Sequence[Any], lag: int = 0) -> _Sums:
     """``_backlog_sums`` of running requests' items, built inline (no tuple per request).
 
@@ -205,8 +230,6 @@ class InstanceView:
     (they arrived while a step was running, or are PD hand-offs still in transfer).
     """
 
-    __slots__ = ("index", "name", "gpu", "model", "role", "_engine", "_backlog")
-
     def __init__(
         self, index: int, name: str, gpu: str | None, model: str | None, role: str, engine: Engine
     ) -> None:
@@ -295,6 +318,7 @@ class InstanceView:
         return self._engine.cost_model
 
     @property
+    @cython.locals(e=Engine, r=Request, ext=cython.long, d=cython.long, items=list)
     def backlog_s(self) -> float:
         """Estimated seconds of outstanding work (see :func:`estimate_backlog_s`)."""
         if self._backlog is None:

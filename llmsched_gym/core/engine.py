@@ -29,6 +29,7 @@ from operator import attrgetter
 from operator import sub as _sub
 from typing import IO, Any
 
+import cython
 import numpy as np
 
 from llmsched_gym._gc import gc_paused
@@ -38,6 +39,7 @@ from llmsched_gym.core.queues import FCFSQueue, PriorityQueue, vllm_priority_key
 from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
 from llmsched_gym.cost.base import items_step_time
 from llmsched_gym.errors import ConfigError, PolicyError, TraceError
+from llmsched_gym.kv.block_pool import BlockPool
 from llmsched_gym.kv.manager import KVCacheManager, cdiv
 from llmsched_gym.metrics.columns import StepColumn
 
@@ -226,6 +228,17 @@ class StepContext:
         return req._output_len
 
     # -- acting ------------------------------------------------------------------------------
+    @cython.locals(
+        req=Request,
+        c=cython.long,
+        remaining=cython.long,
+        num_tokens=cython.long,
+        num_lookahead_tokens=cython.long,
+        end=cython.long,
+        bs=cython.long,
+        kv=KVCacheManager,
+        scheduled=dict,
+    )
     def schedule_running(
         self, req: Request, num_tokens: int, num_lookahead_tokens: int = 0
     ) -> bool:
@@ -265,6 +278,31 @@ class StepContext:
         self.token_budget -= num_tokens
         return True
 
+    @cython.locals(
+        req=Request,
+        kv=KVCacheManager,
+        scheduled=dict,
+        caching=cython.bint,
+        bs=cython.long,
+        budget=cython.long,
+        tokens=cython.long,
+        attn=cython.long,
+        dkv=cython.long,
+        pkv=cython.long,
+        n_pre=cython.long,
+        n_dec=cython.long,
+        stop=cython.long,
+        avail=cython.long,
+        i=cython.long,
+        c=cython.long,
+        n=cython.long,
+        end=cython.long,
+        start=cython.long,
+        threshold=cython.long,
+        reserve=cython.long,
+        decode=cython.bint,
+        prefill=cython.bint,
+    )
     def schedule_in_order(
         self,
         reqs: Sequence[Request],
@@ -696,6 +734,7 @@ class Engine:
             )
             pending.insert(i, spec)
 
+    @cython.locals(req=Request, i=cython.long, bs=cython.long, pending=list)
     def _admit_arrivals(self) -> None:
         pending, i, now = self._pending, self._next_arrival, self.now
         if i >= len(pending) or pending[i].arrival_time > now:
@@ -812,6 +851,19 @@ class Engine:
         self._step()
         return True
 
+    @cython.locals(
+        ctx=StepContext,
+        req=Request,
+        c=cython.long,
+        t=cython.long,
+        o=cython.long,
+        same_gap=cython.long,
+        num_partial=cython.long,
+        partial_multi=cython.long,
+        partial_to_one=cython.long,
+        scheduled=dict,
+        finished=list,
+    )
     def _step(self) -> None:
         ctx = self.ctx
         if ctx._held:
@@ -926,6 +978,7 @@ class Engine:
         phases = [r.in_prefill_phase for r in scheduled] if self._phase_items else None
         return items_step_time(self.cost_model, items, phases)
 
+    @cython.locals(req=Request)
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end``: free their blocks in the given (scheduling) order."""
         for req in finished:
@@ -952,6 +1005,16 @@ class Engine:
                 self._release(released)
 
     # -- fast-forward ------------------------------------------------------------------------
+    @cython.locals(
+        n=cython.long,
+        k=cython.long,
+        bs=cython.long,
+        free=cython.long,
+        m0=cython.long,
+        longest=cython.long,
+        j=cython.long,
+        running=list,
+    )
     def _try_fast_forward(self) -> bool:
         """Advance a stretch of pure-decode steps at once; False if the state does not allow it."""
         policy = self.policy
@@ -1060,6 +1123,7 @@ class Engine:
         k = min(k, int(np.searchsorted(st[:k], t_next, side="left")))
         return dur[:k].tolist(), st[: k + 1].tolist()
 
+    @cython.locals(plan="_Stretch", j=cython.long, n=cython.long)
     def _continue_stretch(self, until: float) -> bool:
         """``advance`` with a pending stretch: price its next steps that start before ``until``.
 
@@ -1084,6 +1148,28 @@ class Engine:
             self.now = end
         return True
 
+    @cython.locals(
+        req=Request,
+        n=cython.long,
+        bs=cython.long,
+        k=cython.long,
+        stride=cython.long,
+        end=cython.long,
+        pos=cython.long,
+        c=cython.long,
+        room=cython.long,
+        t=cython.long,
+        o=cython.long,
+        n_same_first=cython.long,
+        kv=KVCacheManager,
+        pool=BlockPool,
+        caching=cython.bint,
+        events=list,
+        finished=list,
+        to_cache=list,
+        itl_values=list,
+        running=list,
+    )
     def _advance_decode_stretch(self, k: int, durations: list[float], starts: list[float]) -> None:
         """Advance every running request (all decoding) by ``k`` steps in one pass.
 
@@ -1264,20 +1350,6 @@ class _Stretch:
     ``starts`` price the steps taken so far; ``t_arr`` is the next arrival, which ends it.
     """
 
-    __slots__ = (
-        "bs",
-        "durations",
-        "k",
-        "longest",
-        "m0",
-        "memo",
-        "n",
-        "rooms",
-        "running",
-        "starts",
-        "t_arr",
-    )
-
     def __init__(
         self,
         running: list[Request],
@@ -1297,6 +1369,7 @@ class _Stretch:
         self.memo: dict[str, Any] = {}
         """Readers' aggregates of the lagging counters (``Engine.peek_running``)."""
 
+    @cython.locals(bs=cython.long, total=cython.long, o=cython.long, steps=cython.long)
     def allocations(self, steps: int) -> int:
         """Blocks the stretch's first ``steps`` steps allocate."""
         bs = self.bs

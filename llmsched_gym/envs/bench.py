@@ -130,8 +130,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--limit", type=int, default=2000, help="first N requests of the trace")
     p.add_argument("--task", action="append", choices=[*TASKS, *CLUSTER_TASKS], help="(repeatable)")
     args = p.parse_args(argv)
+    rows = bench(args.scenario, args.limit, args.task, args.route_scenario)
+    from llmsched_gym import _native
+
+    print(f"core: {_native.core()} (python -m llmsched_gym.build_native status)")
     print(f"{'task':28s} {'agent':18s} {'env steps':>10s} {'steps/s':>10s}")
-    for row in bench(args.scenario, args.limit, args.task, args.route_scenario):
+    for row in rows:
         print(f"{row['task']:28s} {row['agent']:18s} {row['steps']:10d} {row['steps_per_s']:10.0f}")
 
 

@@ -71,12 +71,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import cython
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from llmsched_gym.cluster.cluster import Cluster, RoutingDecision
 from llmsched_gym.cluster.routers import InstanceView
+from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.job import Job
 from llmsched_gym.envs.base import InvalidActionError, LLMSchedEnv, _workload, check_discrete
 from llmsched_gym.envs.observation import _clip
@@ -184,6 +186,33 @@ class RouteObserver:
         """Forget the previous decision's time (a new episode)."""
         self._last_now = 0.0
 
+    @cython.locals(
+        e=Engine,
+        v=InstanceView,
+        i=cython.long,
+        n=cython.long,
+        nw=cython.long,
+        nr=cython.long,
+        n_pre=cython.long,
+        free=cython.long,
+        bs=cython.long,
+        need=cython.long,
+        need_tokens=cython.long,
+        prompt=cython.long,
+        mt=cython.long,
+        hits=cython.long,
+        queries=cython.long,
+        h=cython.long,
+        waiting_total=cython.long,
+        running_total=cython.long,
+        usage=cython.double,
+        backlog=cython.double,
+        kv_total=cython.double,
+        backlog_total=cython.double,
+        t_pre=cython.double,
+        rows=list,
+        engines=list,
+    )
     def observe(
         self,
         request: Any,

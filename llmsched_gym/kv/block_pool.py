@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from operator import itemgetter
 
+import cython
+
 
 class BlockPool:
     """All KV blocks of one instance: reference counts, hashes, free queue and cache map."""
@@ -48,6 +50,7 @@ class BlockPool:
         self.null_block = null
 
     # -- free queue -------------------------------------------------------------------------
+    @cython.locals(b=cython.long, after=cython.long, nxt=list)
     def _popleft(self) -> int:
         nxt = self._next
         b = nxt[self._head]
@@ -58,6 +61,7 @@ class BlockPool:
         self.num_free -= 1
         return b
 
+    @cython.locals(p=cython.long, q=cython.long)
     def _remove(self, b: int) -> None:
         p, q = self._prev[b], self._next[b]
         self._next[p] = q
@@ -95,6 +99,7 @@ class BlockPool:
             elif len(entry) == 1:
                 self._cached[key] = entry[0]
 
+    @cython.locals(b=cython.long, e=cython.long, tag=list)
     def valid_unique(self, entries: list[int]) -> int | None:
         """The first block of ``entries`` (packed ``stamp << 24 | block``) with its stamp intact."""
         tag = self.tag
@@ -118,6 +123,17 @@ class BlockPool:
             entry.append(b)
 
     # -- allocation --------------------------------------------------------------------------
+    @cython.locals(
+        b=cython.long,
+        after=cython.long,
+        head=cython.long,
+        nxt=list,
+        ref=list,
+        bh=list,
+        tag=list,
+        cached=dict,
+        out=list,
+    )
     def get_new_blocks(self, k: int) -> list[int]:
         """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
         assert k <= self.num_free, "caller must check free blocks first"
@@ -160,6 +176,7 @@ class BlockPool:
         self.num_free -= k
         return out
 
+    @cython.locals(b=cython.long, ref=list)
     def touch(self, blocks: Sequence[int]) -> None:
         """Add a reference to prefix-hit blocks, taking free ones out of the free queue."""
         ref = self.ref_cnt
@@ -174,6 +191,7 @@ class BlockPool:
             return itemgetter(*blocks)(self.ref_cnt).count(0)
         return 1 if blocks and self.ref_cnt[blocks[0]] == 0 else 0
 
+    @cython.locals(b=cython.long, i=cython.long, ref=list, first=list, last=list)
     def free_request_blocks(self, blocks: list[int], num_hashed: int, exclusive: bool) -> None:
         """Free a request's blocks tail first; the first ``num_hashed`` of them are cached.
 
@@ -202,6 +220,7 @@ class BlockPool:
                     first.append(b)
         self._link_freed(first, last)
 
+    @cython.locals(p=cython.long, b=cython.long, old_first=cython.long, nxt=list, prv=list)
     def _link_freed(self, first: list[int], last: list[int]) -> None:
         nxt, prv = self._next, self._prev
         if first:

@@ -10,6 +10,8 @@ decides whether to preempt. Token layout of one allocation, as in vLLM::
 
 from __future__ import annotations
 
+import cython
+
 from llmsched_gym.core.request import Request
 from llmsched_gym.kv.block_pool import BlockPool
 
@@ -37,6 +39,17 @@ class KVCacheManager:
         """Free blocks, cached-but-unused ones included, the null block excluded."""
         return self.pool.num_free
 
+    @cython.locals(
+        bs=cython.long,
+        max_blocks=cython.long,
+        shareable=cython.long,
+        i=cython.long,
+        first=cython.long,
+        hit=list,
+        entries=list,
+        tag=list,
+        pool=BlockPool,
+    )
     def get_computed_blocks(self, req: Request) -> tuple[list[int], int]:
         """Longest run of cached full blocks from the start of ``req``'s sequence.
 
@@ -104,6 +117,16 @@ class KVCacheManager:
         need = cdiv(req.num_tokens, self.block_size) - len(hit_blocks) - len(req.blocks)
         return max(need, 0) + self.pool.num_evictable(hit_blocks)
 
+    @cython.locals(
+        bs=cython.long,
+        num_local_computed=cython.long,
+        evictable=cython.long,
+        have=cython.long,
+        need_slots=cython.long,
+        need=cython.long,
+        num_alloc=cython.long,
+        pool=BlockPool,
+    )
     def allocate_slots(
         self,
         req: Request,
@@ -142,6 +165,14 @@ class KVCacheManager:
             self.cache_blocks(req, min(num_local_computed + num_new_tokens, req.num_tokens))
         return new_blocks
 
+    @cython.locals(
+        num_full=cython.long,
+        start=cython.long,
+        shareable=cython.long,
+        end=cython.long,
+        i=cython.long,
+        blocks=list,
+    )
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         """Register every block that is full within the first ``num_tokens`` tokens."""
         num_full = num_tokens // self.block_size
@@ -159,6 +190,19 @@ class KVCacheManager:
         # and only after a preemption, so ``free`` stamps them then (see BlockPool.tag).
         req.num_cached_blocks = num_full
 
+    @cython.locals(
+        num_hashed=cython.long,
+        shareable=cython.long,
+        stamp=cython.long,
+        i=cython.long,
+        b=cython.long,
+        packed=cython.long,
+        j=cython.long,
+        blocks=list,
+        entries=list,
+        tag=list,
+        pool=BlockPool,
+    )
     def free(self, req: Request, preempted: bool = False) -> None:
         """Release all of ``req``'s blocks, tail first (so a chain's tail is evicted first).
 

@@ -19,7 +19,6 @@ from llmsched_gym.cluster import InstanceSpec
 from llmsched_gym.cluster.cluster import Cluster
 from llmsched_gym.cluster.records import cluster_result
 from llmsched_gym.config import EngineConfig
-from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.base import LinearCostModel
 
@@ -45,24 +44,37 @@ def instances(n: int, scheduler: str = "vllm-v1") -> list[InstanceSpec]:
     return [InstanceSpec(f"i{k}", LINEAR, CFG, scheduler) for k in range(n)]
 
 
-class _Counter:
-    """Counts continued stretches (so a test knows the lazy path ran)."""
+class _Counting:
+    """A router that counts, at each decision, the instances holding a pending stretch."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.n = 0
-        original = Engine._continue_stretch
+    def __init__(self, name: str) -> None:
+        from llmsched_gym.cluster.routers import make_router
 
-        def counted(engine: Engine, until: float) -> bool:
-            self.n += 1
-            return original(engine, until)
+        self.inner = make_router(name)
+        self.engines: list = []
+        self.pending = 0
 
-        monkeypatch.setattr(Engine, "_continue_stretch", counted)
+    def reset(self, instances, seed) -> None:
+        reset = getattr(self.inner, "reset", None)
+        if reset is not None:
+            reset(instances, seed)
+
+    def route(self, request, job, instances, now) -> int:
+        self.pending += sum(e._plan is not None for e in self.engines)
+        return self.inner.route(request, job, instances, now)
 
 
-def run(items, specs, router, *, fast_forward=True, lazy=True, pd=None, logs=False):
+def run(items, specs, router, *, fast_forward=True, lazy=True, pd=None, logs=False, count=None):
     cluster = Cluster(
-        specs, router, pd=pd, fast_forward=fast_forward, record_steps=True, lazy_stretches=lazy
+        specs,
+        count or router,
+        pd=pd,
+        fast_forward=fast_forward,
+        record_steps=True,
+        lazy_stretches=lazy,
     )
+    if count is not None:
+        count.engines = [x.engine for x in cluster.instances]
     buffers = []
     if logs:
         for x in cluster.instances:
@@ -87,11 +99,11 @@ def same_results(a, b) -> None:
 @pytest.mark.parametrize(
     "router", ["least-load:backlog", "round-robin", "least-load:kv", "least-load:requests"]
 )
-def test_lazy_equals_eager_and_stepping(router, monkeypatch) -> None:
+def test_lazy_equals_eager_and_stepping(router) -> None:
     items = workload(150, 3)
-    count = _Counter(monkeypatch)
-    lazy, lazy_logs = run(items, instances(3), router, logs=True)
-    assert count.n > 50  # stretches were continued across decisions
+    count = _Counting(router)
+    lazy, lazy_logs = run(items, instances(3), router, logs=True, count=count)
+    assert count.pending > 50  # stretches stayed pending across decisions
     eager, eager_logs = run(items, instances(3), router, lazy=False, logs=True)
     stepped, stepped_logs = run(items, instances(3), router, fast_forward=False, logs=True)
     same_results(lazy, eager)
@@ -99,16 +111,16 @@ def test_lazy_equals_eager_and_stepping(router, monkeypatch) -> None:
     assert lazy_logs == eager_logs == stepped_logs
 
 
-def test_lazy_with_jobs_and_pd(monkeypatch) -> None:
+def test_lazy_with_jobs_and_pd() -> None:
     items = workload(60, 5) + jobs(6)
     specs = instances(2) + [
         InstanceSpec("p0", LINEAR, CFG, "vllm-v1", role="prefill"),
         InstanceSpec("d0", LINEAR, CFG, "vllm-v1", role="decode"),
     ]
-    count = _Counter(monkeypatch)
+    count = _Counting("least-load:backlog")
     pd = {"kv_bytes_per_token": 4096, "link_gbps": 10.0}
-    lazy, _ = run(items, specs, "least-load:backlog", pd=pd)
-    assert count.n > 0
+    lazy, _ = run(items, specs, "least-load:backlog", pd=pd, count=count)
+    assert count.pending > 0
     eager, _ = run(items, specs, "least-load:backlog", lazy=False, pd=pd)
     stepped, _ = run(items, specs, "least-load:backlog", fast_forward=False, pd=pd)
     same_results(lazy, eager)
@@ -249,23 +261,18 @@ def test_backlog_aggregates_of_a_pending_stretch_equal_the_loop(scale) -> None:
     ``scale`` 10**6 pushes ``kv`` past 2**53, where the loop's float sum is no longer exact and
     the aggregates must fall back to it.
     """
-    from types import SimpleNamespace
-
     from llmsched_gym.cluster.routers import _engine_running_sums, _running_sums
+    from llmsched_gym.core.request import Request
 
     rng = np.random.default_rng(scale)
     reqs = []
     for _ in range(40):
         out = int(rng.integers(0, 50)) * scale
         t = int(rng.integers(1, 3000)) * scale + out
-        reqs.append(
-            SimpleNamespace(
-                num_tokens=t,
-                num_computed_tokens=t - 1,
-                num_output_tokens=out,
-                max_tokens=out + int(rng.integers(30, 400)) * scale,
-            )
-        )
+        mt = out + int(rng.integers(30, 400)) * scale
+        r = Request(RequestSpec(f"r{len(reqs)}", 0.0, t - out, mt, mt), len(reqs), 16)
+        r.num_tokens, r.num_computed_tokens, r.num_output_tokens = t, t - 1, out
+        reqs.append(r)
     memo: dict = {}
 
     class Stub:

@@ -128,23 +128,13 @@ def test_fast_forward_on_and_off_give_identical_runs(cm):
     assert a.steps["duration_s"].tolist() == b.steps["duration_s"].tolist()
 
 
-def test_models_whose_decodes_need_items_fast_forward_exactly(monkeypatch):
+def test_models_whose_decodes_need_items_fast_forward_exactly():
     """Decode stretches are priced with the longest context growing by one a step.
 
     Contexts cross ``long_min_cached`` (512) inside stretches here (prompts up to 900 tokens,
     outputs up to 300), so the split-path term switches on mid-stretch; the records must equal
     the stepped run's, and stretches must happen.
     """
-    from llmsched_gym.core.engine import Engine
-
-    stretches = []
-    orig = Engine._advance_decode_stretch
-
-    def spy(self, k, durations, starts):
-        stretches.append(k)
-        return orig(self, k, durations, starts)
-
-    monkeypatch.setattr(Engine, "_advance_decode_stretch", spy)
     rng = np.random.default_rng(5)
     work = [
         RequestSpec(f"r{i}", 0.2 * i, int(rng.integers(300, 900)), int(rng.integers(50, 300)), 300)
@@ -153,9 +143,8 @@ def test_models_whose_decodes_need_items_fast_forward_exactly(monkeypatch):
     cfg = EngineConfig(max_num_batched_tokens=1024, max_num_seqs=8, block_size=16,
                        num_gpu_blocks=600)  # fmt: skip
     for cm in (_model(), load_cost_model("torch:llama-3-8b@h200-141gb/tp1")):
-        stretches.clear()
         a = simulate(work, cfg, cost_model=cm, record_steps=True, fast_forward=True)
-        assert stretches
+        assert a.num_fast_forward_steps > 0  # stretches happened
         b = simulate(work, cfg, cost_model=cm, record_steps=True, fast_forward=False)
         assert a.requests.equals(b.requests)
         assert a.steps["duration_s"].tolist() == b.steps["duration_s"].tolist()

@@ -124,13 +124,16 @@ def test_cache_miss_ratio_uses_first_ten_real_lookups() -> None:
     ctx = eng.ctx
     orig = ctx.lookup
 
-    def spy(req):
-        seen.append(req.request_id)
-        return orig(req)
+    class Spy:  # the step context, with its lookups recorded
+        def __getattr__(self, name):
+            return getattr(ctx, name)
 
-    ctx.lookup = spy
+        def lookup(self, req):
+            seen.append(req.request_id)
+            return orig(req)
+
     waiting_b = [r for r in eng.waiting if r.spec.job_id == "B"]
-    ratio = pol._miss_ratio(ctx, waiting_b)
+    ratio = pol._miss_ratio(Spy(), waiting_b)
     assert seen == [r.request_id for r in waiting_b[:10]]
     unc = sum(r.num_tokens - orig(r)[1] for r in waiting_b[:10])
     tot = sum(r.num_tokens for r in waiting_b[:10])

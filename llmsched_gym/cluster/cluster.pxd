@@ -1,0 +1,1 @@
+from llmsched_gym.core.engine cimport Engine

@@ -1,0 +1,6 @@
+from llmsched_gym.core.engine cimport Engine, _Stretch
+from llmsched_gym.core.request cimport Request
+
+cdef class InstanceView:
+    cdef public object index, name, gpu, model, role, _backlog
+    cdef public object _engine

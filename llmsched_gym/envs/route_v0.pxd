@@ -1,0 +1,2 @@
+from llmsched_gym.core.engine cimport Engine
+from llmsched_gym.cluster.routers cimport InstanceView

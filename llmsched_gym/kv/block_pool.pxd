@@ -1,0 +1,15 @@
+cdef class BlockPool:
+    cdef public long num_gpu_blocks, _stamp, _head, _tail, num_free, null_block
+    cdef public bint enable_caching
+    cdef public list ref_cnt, block_hash, tag, _next, _prev
+    cdef public dict _cached
+    cpdef long _popleft(self) except? -1
+    cpdef _remove(self, long b)
+    cpdef _evict_hash(self, long b)
+    cpdef valid_unique(self, list entries)
+    cpdef cache_block(self, long b, key)
+    cpdef list get_new_blocks(self, long k)
+    cpdef touch(self, blocks)
+    cpdef long num_evictable(self, blocks) except? -1
+    cpdef free_request_blocks(self, list blocks, long num_hashed, bint exclusive)
+    cpdef _link_freed(self, list first, list last)
