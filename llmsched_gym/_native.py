@@ -162,9 +162,10 @@ def core() -> str:
 def build(force: bool = False, quiet: bool = True) -> list[str]:
     """Compile ``MODULES`` next to their sources; returns the modules (re)built.
 
-    Up-to-date modules are skipped unless ``force``. Each compiled file is swapped in
-    atomically (a running process keeps the file it loaded), then the manifest records the
-    hashes of the sources it was built from.
+    Nothing is built while every module is up to date (unless ``force``); otherwise all of them
+    are, together: a changed ``.pxd`` changes the layout its importers ``cimport``. Each
+    compiled file is swapped in atomically (a running process keeps the file it loaded), then
+    the manifest records the hashes of the sources it was built from.
     """
     try:
         from Cython.Build import cythonize
@@ -175,9 +176,9 @@ def build(force: bool = False, quiet: bool = True) -> list[str]:
             f"building the compiled core needs Cython and setuptools: {exc}"
         ) from exc
     state = status()
-    todo = [n for n in MODULES if force or state[n] != "compiled"]
-    if not todo:
+    if not force and all(x == "compiled" for x in state.values()):
         return []
+    todo = list(MODULES)
     hashes = {n: source_hash(n) for n in todo}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="llmsched-native-") as tmp:
@@ -207,11 +208,7 @@ def build(force: bool = False, quiet: bool = True) -> list[str]:
             dst = _source(n).with_name(built[0].name)
             shutil.copy2(built[0], str(dst) + ".new")
             os.replace(str(dst) + ".new", dst)
-    manifest = _manifest()
-    recorded = manifest.get("modules", {})
-    recorded.update(hashes)
-    manifest["modules"] = recorded
-    manifest["python"] = sys.version.split()[0]
+    manifest = {"modules": hashes, "python": sys.version.split()[0]}
     tmp_manifest = _MANIFEST.with_suffix(".json.new")
     tmp_manifest.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     os.replace(tmp_manifest, _MANIFEST)

@@ -230,6 +230,8 @@ class InstanceView:
     (they arrived while a step was running, or are PD hand-offs still in transfer).
     """
 
+    __slots__ = ("index", "name", "gpu", "model", "role", "_engine", "_backlog")
+
     def __init__(
         self, index: int, name: str, gpu: str | None, model: str | None, role: str, engine: Engine
     ) -> None:

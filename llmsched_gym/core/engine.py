@@ -1055,9 +1055,7 @@ class Engine:
         bs = self.config.block_size
         free = self._kv.pool.num_free
         if n * ((k + bs - 1) // bs) > free:
-            # Request i needs a new block at step offsets o_i, o_i + bs, ...
-            offsets = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
-            k = _max_steps_within_blocks(offsets, bs, free, k)
+            k = _max_steps_within_blocks(_block_rooms(running, bs), bs, free, k)
             if k < 2:
                 return False
         m0 = sum(map(_num_computed_tokens, running))
@@ -1350,6 +1348,20 @@ class _Stretch:
     ``starts`` price the steps taken so far; ``t_arr`` is the next arrival, which ends it.
     """
 
+    __slots__ = (
+        "bs",
+        "durations",
+        "k",
+        "longest",
+        "m0",
+        "memo",
+        "n",
+        "rooms",
+        "running",
+        "starts",
+        "t_arr",
+    )
+
     def __init__(
         self,
         running: list[Request],
@@ -1369,19 +1381,26 @@ class _Stretch:
         self.memo: dict[str, Any] = {}
         """Readers' aggregates of the lagging counters (``Engine.peek_running``)."""
 
-    @cython.locals(bs=cython.long, total=cython.long, o=cython.long, steps=cython.long)
     def allocations(self, steps: int) -> int:
         """Blocks the stretch's first ``steps`` steps allocate."""
-        bs = self.bs
-        if self.rooms is None:
-            # Free slots in each request's blocks at the start (unchanged while pending):
-            # request i allocates at steps rooms[i], rooms[i] + bs, ...
-            self.rooms = [len(r.blocks) * bs - r.num_computed_tokens for r in self.running]
-        total = 0
-        for o in self.rooms:
-            if steps > o:
-                total += (steps - o + bs - 1) // bs
-        return total
+        if self.rooms is None:  # the requests' blocks do not change while it is pending
+            self.rooms = _block_rooms(self.running, self.bs)
+        return _allocations(self.rooms, self.bs, steps)
+
+
+def _block_rooms(running: list[Request], bs: int) -> list[int]:
+    """Free slots in each running request's blocks: request i allocates at steps o_i, o_i + bs..."""
+    return [len(r.blocks) * bs - r.num_computed_tokens for r in running]
+
+
+@cython.locals(bs=cython.long, k=cython.long, total=cython.long, o=cython.long)
+def _allocations(offsets: list[int], bs: int, k: int) -> int:
+    """Blocks allocated in steps [0, k) by requests allocating at steps o_i, o_i + bs, ..."""
+    total = 0
+    for o in offsets:
+        if k > o:
+            total += (k - o + bs - 1) // bs
+    return total
 
 
 def _arrival_time(spec: RequestSpec) -> float:
@@ -1393,21 +1412,13 @@ def _max_steps_within_blocks(offsets: list[int], bs: int, free: int, k_max: int)
 
     Request i allocates at steps o_i, o_i + bs, ...: ``ceil((k - o_i) / bs)`` of them before k.
     """
-
-    def allocs(k: int) -> int:
-        total = 0
-        for o in offsets:
-            if k > o:
-                total += (k - o + bs - 1) // bs
-        return total
-
     # Nobody allocates more than ceil(k / bs) blocks in k steps: plenty of free blocks is O(1).
-    if len(offsets) * ((k_max + bs - 1) // bs) <= free or allocs(k_max) <= free:
+    if len(offsets) * ((k_max + bs - 1) // bs) <= free or _allocations(offsets, bs, k_max) <= free:
         return k_max
-    lo, hi = 0, k_max  # allocs(lo) <= free < allocs(hi)
+    lo, hi = 0, k_max  # _allocations(lo) <= free < _allocations(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if allocs(mid) <= free:
+        if _allocations(offsets, bs, mid) <= free:
             lo = mid
         else:
             hi = mid

@@ -73,6 +73,36 @@ class Request:
     that need it are oracles and ask ``StepContext.true_output_len`` (which checks the flag).
     """
 
+    __slots__ = (
+        "spec",
+        "request_id",
+        "seq",
+        "arrival_time",
+        "priority",
+        "max_tokens",
+        "num_prompt_tokens",
+        "num_tokens",
+        "num_output_tokens",
+        "num_computed_tokens",
+        "status",
+        "num_preemptions",
+        "blocks",
+        "num_cached_blocks",
+        "_keys",
+        "_num_shareable_blocks",
+        "_unique_entries",
+        "_output_len",
+        "first_scheduled_time",
+        "first_token_time",
+        "finish_time",
+        "last_token_time",
+        "num_cached_tokens",
+        "num_computed_total",
+        "scheduled_in_step",
+        "num_external_tokens",
+        "refill_tokens",
+    )
+
     def __init__(self, spec: RequestSpec, seq: int, block_size: int) -> None:
         self.spec = spec
         self.request_id = spec.request_id
