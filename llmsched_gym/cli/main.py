@@ -650,6 +650,10 @@ def build_parser() -> argparse.ArgumentParser:
         "what", nargs="?", default="all", choices=("all", "traces", "schedulers", "profiles")
     )
     p.set_defaults(func=_cmd_list)
+
+    from llmsched_gym.leaderboard import cli as leaderboard_cli
+
+    leaderboard_cli.add_parser(sub)
     return parser
 
 
