@@ -6,11 +6,13 @@ data is read, and builds deterministically from ``(parameters, seed, cost model)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.errors import ConfigError
 from llmsched_gym.scenarios.spec import REQUIRED, WORKLOAD_KINDS, Param, WorkloadKind, positive
 
 _INT = (int,)
@@ -29,6 +31,8 @@ def _build_trace(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Reque
     from llmsched_gym.workloads.trace import load_trace
 
     specs = list(load_trace(p["trace"], limit=p["limit"]))
+    if p["start_s"] or p["duration_s"] is not None:
+        specs = _window(specs, p["start_s"], p["duration_s"], p["trace"])
     if p["num_requests"] is not None:
         specs = arrivals.sample_requests(specs, p["num_requests"], seed=seed)
     if p["arrival"] == "replay":
@@ -48,6 +52,31 @@ def _build_trace(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Reque
             tpot_scale=p["slo_scale"],
         )
     return specs
+
+
+def _window(
+    specs: list[RequestSpec], start_s: float, duration_s: float | None, trace: str
+) -> list[RequestSpec]:
+    """The requests arriving in ``[start_s, start_s + duration_s)``, re-timed to start at 0.
+
+    Time windows of one real trace give train and held-out workloads that share a source but
+    not a request (the leaderboard trains on one half hour of a trace and tests on the next).
+    """
+    import dataclasses
+
+    end = math.inf if duration_s is None else start_s + duration_s
+    out = [
+        dataclasses.replace(s, arrival_time=s.arrival_time - start_s)
+        for s in specs
+        if start_s <= s.arrival_time < end
+    ]
+    if not out:
+        last = max((s.arrival_time for s in specs), default=0.0)
+        raise ConfigError(
+            f"trace {trace!r}: no request arrives in the window [{start_s:g}, {end:g}) s "
+            f"(its arrivals span [0, {last:g}] s)"
+        )
+    return out
 
 
 def _check_trace(p: Mapping[str, Any]) -> str | None:
@@ -127,6 +156,10 @@ WORKLOAD_KINDS.update(
             {
                 "trace": Param(_STR, doc="shipped trace name or trace-contract file"),
                 "limit": positive(_INT, None, "read only the first N requests"),
+                "start_s": Param(
+                    _NUM, 0.0, lambda v: v >= 0, ">= 0", "window start (s) in the trace's time"
+                ),
+                "duration_s": positive(_NUM, None, "window length (s); default: to the end"),
                 "num_requests": positive(_INT, None, "sample N requests (seeded, order kept)"),
                 "arrival": _one_of(_ARRIVALS, "replay", "replay timestamps, or re-draw them"),
                 "rate_per_s": positive(_NUM, None, "target mean rate (rescales a replay)"),

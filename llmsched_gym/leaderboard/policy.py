@@ -1,0 +1,215 @@
+"""What a leaderboard evaluates: a policy reference, resolved to a fresh policy per workload.
+
+``POLICY`` on the command line is one of:
+
+* a registered scheduler (``vllm-v1``, ``static-priority:shortest-prompt``, ``proserve`` ...) for
+  the engine tasks, or a registered router (``least-load:backlog``) for Route;
+* ``random``: uniformly random actions in the task's action space (seeded per workload);
+* ``module:factory``: a Python entry point (``module`` importable, or a file path
+  ``path/to/file.py:factory``) called as ``factory(task=TASK)`` (or with no argument when it
+  takes none) for every workload; it returns a ``SchedulingPolicy``, a cluster router (an
+  object with ``route``), or an agent (a callable observation -> action, or an object with SB3's
+  ``predict``), which the harness wraps as ``AgentPolicy`` / ``AgentRouter`` for the task's
+  environment;
+* a submission folder (``leaderboards/<task>/<method>/``) whose ``submission.yaml`` names the
+  entry point.
+
+The harness owns engines and clusters; the policy only decides, through those interfaces. A
+policy that reads true output lengths must say so (``oracle = True``); the engine refuses an
+unflagged one, and oracle rows are ranked apart.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsched_gym.errors import ConfigError
+
+__all__ = ["PolicyRef", "RandomAgent", "resolve_policy"]
+
+
+class RandomAgent:
+    """Uniformly random actions in a task's action space, seeded (SB3's ``predict`` shape).
+
+    Priority and Knob: uniform in their boxes; BatchType and Select: uniform over the valid
+    actions (the mask the harness passes); Preempt: uniform over the visible rows.
+    """
+
+    def __init__(self, task: str, top_k: int, seed: int) -> None:
+        self.task = task
+        self.top_k = top_k
+        self.rng = np.random.default_rng(seed)
+
+    def predict(
+        self, obs: Any, deterministic: bool = True, action_masks: Any = None
+    ) -> tuple[Any, None]:
+        """One random action (``deterministic`` is ignored: the draw is the point)."""
+        rng, k = self.rng, self.top_k
+        if self.task == "Priority":
+            return rng.uniform(-1.0, 1.0, k).astype(np.float32), None
+        if self.task == "Knob":
+            return rng.uniform(0.0, 1.0, 2).astype(np.float32), None
+        if action_masks is not None:
+            valid = np.flatnonzero(np.asarray(action_masks, dtype=bool))
+        else:
+            valid = np.flatnonzero(np.asarray(obs["mask"], dtype=bool))
+        if valid.size == 0:
+            return 0, None
+        return int(valid[rng.integers(valid.size)]), None
+
+
+@dataclass(frozen=True)
+class PolicyRef:
+    """A resolved policy reference: how to build a fresh policy for one workload."""
+
+    spec: str
+    """What the user wrote (name, entry point or folder)."""
+    name: str
+    """The row's name on a leaderboard."""
+    kind: str
+    """``scheduler``, ``router``, ``random`` or ``entry`` (a factory)."""
+    factory: Callable[..., Any] | None = None
+    folder: Path | None = None
+    """The submission folder, when the reference is one."""
+
+    def build(self, task: Any, seed: int) -> Any:
+        """A fresh policy or router for one workload of ``task`` (a suite ``Task``)."""
+        if self.kind == "scheduler":
+            from llmsched_gym.policies.registry import make_policy
+
+            return make_policy(self.spec)
+        if self.kind == "router":
+            from llmsched_gym.cluster.routers import make_router
+
+            return make_router(self.spec)
+        if self.kind == "random":
+            if task.interface == "router":
+                from llmsched_gym.cluster.routers import make_router
+
+                return make_router("random")
+            return _wrap(task, RandomAgent(task.name, _TOP_K, seed), "random")
+        return _wrap(task, _call_factory(self.factory, task.name, self.spec), self.name)
+
+
+_TOP_K = 16
+"""The environments' default ``top_k``, which entry-point agents are wrapped with."""
+
+
+def _call_factory(factory: Callable[..., Any], task: str, spec: str) -> Any:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    try:
+        return factory(task=task) if "task" in params else factory()
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"policy {spec}: the factory raised {type(exc).__name__}: {exc}") from exc
+
+
+def _wrap(task: Any, obj: Any, name: str) -> Any:
+    """A policy / router as is; an agent wrapped for the task's environment."""
+    from llmsched_gym.core.engine import SchedulingPolicy
+
+    if task.interface == "router":
+        if hasattr(obj, "route"):
+            return obj
+        if callable(obj) or hasattr(obj, "predict"):
+            from llmsched_gym.envs.adapters import AgentRouter
+
+            return AgentRouter(obj, name=name)
+        raise ConfigError(
+            f"policy {name}: the Route task needs a router (an object with route) or an agent "
+            f"(callable or predict), got {type(obj).__name__}"
+        )
+    if isinstance(obj, SchedulingPolicy):
+        return obj
+    if callable(obj) or hasattr(obj, "predict"):
+        from llmsched_gym.envs.adapters import AgentPolicy
+        from llmsched_gym.leaderboard.suite import TASK_ENVS
+
+        module, _, cls = TASK_ENVS[task.name].partition(":")
+        env_class = getattr(importlib.import_module(module), cls)
+        top_k = getattr(obj, "top_k", _TOP_K)
+        return AgentPolicy(env_class, obj, top_k=top_k, name=name)
+    raise ConfigError(
+        f"policy {name}: the {task.name} task needs a SchedulingPolicy or an agent (callable "
+        f"or predict), got {type(obj).__name__}"
+    )
+
+
+def _load_entry(spec: str, base: Path | None = None) -> Callable[..., Any]:
+    """The callable of ``module:attr`` or ``path/file.py:attr`` (relative to ``base``)."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr.isidentifier():
+        raise ConfigError(f"entry point {spec!r} must look like 'package.module:factory'")
+    if target.endswith(".py"):
+        path = Path(target) if base is None else base / target
+        if not path.is_file():
+            raise ConfigError(f"entry point {spec!r}: no file {path}")
+        mod_name = f"_llmsched_submission_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[mod_name]
+            raise ConfigError(
+                f"entry point {spec!r}: importing {path} raised {type(exc).__name__}: {exc}"
+            ) from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise ConfigError(f"entry point {spec!r}: cannot import {target!r}: {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"entry point {spec!r}: {target} has no callable {attr!r}")
+    return factory
+
+
+def resolve_policy(spec: str, task: Any) -> PolicyRef:
+    """Resolve ``spec`` for ``task`` (a suite ``Task``): registered name, entry point or folder."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"policy must be a name, module:factory or folder, got {spec!r}")
+    path = Path(spec)
+    if path.is_dir():
+        from llmsched_gym.leaderboard.submission import load_submission
+
+        sub = load_submission(path)
+        if sub.task.lower() != task.name.lower():
+            raise ConfigError(
+                f"{path / 'submission.yaml'}: task {sub.task!r} does not match --task {task.name}"
+            )
+        return sub.policy_ref(task)
+    if spec == "random":
+        return PolicyRef(spec, "random", "random")
+    if task.interface == "router":
+        from llmsched_gym.cluster.routers import list_routers
+
+        if spec in list_routers():
+            return PolicyRef(spec, spec, "router")
+    else:
+        from llmsched_gym.policies.registry import list_policies
+
+        if spec in list_policies():
+            return PolicyRef(spec, spec, "scheduler")
+    if ":" in spec:
+        return PolicyRef(spec, spec.rpartition(":")[2], "entry", _load_entry(spec))
+    what = "router" if task.interface == "router" else "scheduler"
+    raise ConfigError(
+        f"unknown policy {spec!r} for task {task.name}: not a registered {what} (see "
+        f"'llmsched-gym list {what}s'), 'random', a module:factory entry point, or a "
+        "submission folder"
+    )

@@ -1,0 +1,234 @@
+"""Run policies on suite workloads, serially or as Ray tasks, into result rows.
+
+One row per (policy, workload): the workload's identity, the task metric and tail metric, a few
+standard metrics beside them, and the status (``ok`` or ``failed`` with the error). Rows are
+deterministic except ``wall_s``: the engine is, so re-running a deterministic policy reproduces
+every other column bit for bit, serially or on Ray (``llmsched-gym leaderboard validate``).
+
+Ray: one task per (policy, workload); ``workers`` > 1 starts a local Ray with that many CPUs,
+``address`` joins a running cluster (``ray start --head`` on one machine, ``ray start
+--address=HEAD:6379`` on the others). A worker that dies is retried once; a second death, like
+any error the policy raises, becomes a ``failed`` row naming the error: nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.suite import Suite, Workload
+
+__all__ = ["RESULT_COLUMNS", "VALIDATED_COLUMNS", "run_workload", "run_all"]
+
+RESULT_COLUMNS = (
+    "suite",
+    "task",
+    "scenario",
+    "level",
+    "source",
+    "split",
+    "seed",
+    "workload",
+    "rate_per_s",
+    "policy",
+    "oracle",
+    "status",
+    "error",
+    "metric",
+    "value",
+    "tail_metric",
+    "tail_value",
+    "e2e_s_mean",
+    "e2e_s_p99",
+    "ttft_s_p99",
+    "tpot_s_mean",
+    "slo_attainment",
+    "job_latency_s_mean",
+    "num_finished",
+    "num_steps",
+    "wall_s",
+)
+"""Columns of a results CSV, in order."""
+
+VALIDATED_COLUMNS = tuple(c for c in RESULT_COLUMNS if c != "wall_s")
+"""Columns ``validate`` requires to reproduce exactly (wall time is the machine's)."""
+
+_EXTRA = ("e2e_s_mean", "e2e_s_p99", "ttft_s_p99", "tpot_s_mean", "slo_attainment")
+
+
+class WorkloadTimeout(Exception):
+    """A workload ran past the suite's wall-time limit."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise ``WorkloadTimeout`` in this thread after ``seconds`` (main thread, Unix only)."""
+    usable = (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and math.isfinite(seconds)
+    )
+    if not usable:
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise WorkloadTimeout(f"ran past the suite's limit of {seconds:g} s per workload")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _base_row(workload: Workload, policy: str) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
+    row.update(
+        suite=workload.suite,
+        task=workload.task,
+        scenario=workload.scenario_id,
+        level=workload.level,
+        source=workload.source,
+        split=workload.split,
+        seed=workload.seed,
+        workload=workload.id,
+        rate_per_s=workload.rate_per_s,
+        policy=policy,
+        oracle=False,
+        metric=workload.metric,
+        error="",
+    )
+    return row
+
+
+def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str, Any]:
+    """Run ``policy_spec`` on one workload; a failure becomes a ``failed`` row, never an exception.
+
+    The policy is built fresh for the workload (seeded by it), so runs are independent.
+    """
+    from llmsched_gym.leaderboard.policy import resolve_policy
+
+    task = suite.task(workload.task)
+    ref = resolve_policy(policy_spec, task)
+    row = _base_row(workload, ref.name)
+    row["tail_metric"] = task.tail_metric
+    t0 = time.perf_counter()
+    try:
+        policy = ref.build(task, workload.seed)
+        row["oracle"] = bool(getattr(policy, "oracle", False))
+        scenario = workload.scenario()
+        with _deadline(suite.workload_limit_s):
+            if task.interface == "router":
+                result = scenario.simulate(router=policy, seed=workload.seed)
+            else:
+                result = scenario.simulate(policy, seed=workload.seed)
+        wall = time.perf_counter() - t0
+        summary = result.summary
+        steps = int(summary.get("num_steps") or getattr(result, "num_steps", 0))
+        per_step = wall / max(steps, 1)
+        if per_step > suite.per_step_limit_s:
+            raise WorkloadTimeout(
+                f"{per_step * 1e3:.1f} ms per engine step on average, over the suite's limit of "
+                f"{suite.per_step_limit_s * 1e3:g} ms"
+            )
+        value = float(summary[workload.metric])
+        if not math.isfinite(value):
+            raise ConfigError(f"metric {workload.metric} is {value} (no finished unit)")
+        row.update(
+            status="ok",
+            value=value,
+            tail_value=float(summary[task.tail_metric]),
+            job_latency_s_mean=float(summary.get("job_latency_s_mean", math.nan)),
+            num_finished=int(summary["num_finished"]),
+            num_steps=steps,
+        )
+        for key in _EXTRA:
+            row[key] = float(summary[key])
+    except Exception as exc:  # noqa: BLE001 - every failure is reported in the row
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:500])
+    row["wall_s"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _check_ray(workers: int, address: str | None) -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            f"--workers {workers}{' --address' if address else ''} needs Ray: pip install -e "
+            "'.[ray]' (or pip install 'ray[default]>=2.40'); --workers 1 runs serially without it"
+        ) from None
+    return ray
+
+
+def run_all(
+    suite: Suite,
+    jobs: Sequence[tuple[str, Workload]],
+    *,
+    workers: int = 1,
+    address: str | None = None,
+    progress: bool = True,
+    desc: str = "evaluate",
+) -> list[dict[str, Any]]:
+    """Rows of every (policy spec, workload) job, in the order given.
+
+    ``workers`` 1 without ``address``: in this process. Otherwise one Ray task per job.
+    """
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not progress, leave=False)
+    try:
+        if workers == 1 and address is None:
+            rows = []
+            for spec, w in jobs:
+                rows.append(run_workload(suite, spec, w))
+                bar.update()
+            return rows
+        return _run_ray(suite, jobs, workers, address, bar)
+    finally:
+        bar.close()
+
+
+def _run_ray(
+    suite: Suite, jobs: Sequence[tuple[str, Workload]], workers: int, address: str | None, bar: Any
+) -> list[dict[str, Any]]:
+    ray = _check_ray(workers, address)
+    started = False
+    if not ray.is_initialized():
+        if address is not None:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(run_workload)
+        suite_ref = ray.put(suite)
+        pending = {remote.remote(suite_ref, spec, w): i for i, (spec, w) in enumerate(jobs)}
+        rows: list[dict[str, Any] | None] = [None] * len(jobs)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                i = pending.pop(ref)
+                try:
+                    rows[i] = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a worker died twice: report it
+                    spec, w = jobs[i]
+                    row = _base_row(w, spec)
+                    row.update(status="failed", error=f"worker died twice: {type(exc).__name__}")
+                    rows[i] = row
+                bar.update()
+        return [r for r in rows if r is not None]
+    finally:
+        if started:
+            ray.shutdown()

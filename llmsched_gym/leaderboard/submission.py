@@ -1,0 +1,199 @@
+"""Submissions: ``leaderboards/<task>/<method>/`` with ``submission.yaml``, ``results.csv``, README.
+
+``submission.yaml``::
+
+    suite: llmsched-v1              # the suite version the results were produced on
+    task: Priority                  # a task of that suite
+    method: shortest-prompt-first   # the row's name (defaults to the folder's name)
+    policy: static-priority:shortest-prompt   # a registered name, 'random', or module:factory
+                                    # (a file entry point is relative to this folder)
+    oracle: false                   # true if the policy reads true output lengths
+    paper: null                     # the source paper (title, venue, arXiv id), if any
+    training: null                  # learned policies: algorithm and the train workloads used
+
+``results.csv`` holds one row per held-out test workload (``RESULT_COLUMNS`` plus the reference's
+value and the ratios), written by ``llmsched-gym leaderboard evaluate FOLDER --update``.
+``validate`` re-runs the policy and requires every column but wall time to reproduce exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.policy import PolicyRef, _load_entry
+
+__all__ = [
+    "SUBMISSION_FIELDS",
+    "Submission",
+    "compare_results",
+    "load_submission",
+    "read_results",
+    "write_results",
+]
+
+SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "oracle", "paper", "training")
+_REQUIRED = ("suite", "task", "policy")
+SCORED_COLUMNS = ("reference_value", "ratio", "tail_ratio")
+"""Columns ``results.csv`` adds to the run's columns."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated submission folder."""
+
+    folder: Path
+    suite: str
+    task: str
+    method: str
+    policy: str
+    oracle: bool = False
+    paper: str | None = None
+    training: str | None = None
+
+    @property
+    def results_path(self) -> Path:
+        """The committed ``results.csv``."""
+        return self.folder / "results.csv"
+
+    def policy_ref(self, task: Any) -> PolicyRef:
+        """The policy this submission evaluates (a file entry point relative to the folder)."""
+        import dataclasses
+
+        from llmsched_gym.leaderboard.policy import resolve_policy
+
+        target = self.policy.rpartition(":")[0]
+        if target.endswith(".py"):
+            factory = _load_entry(self.policy, base=self.folder)
+            return PolicyRef(str(self.folder), self.method, "entry", factory, self.folder)
+        inner = resolve_policy(self.policy, task)
+        return dataclasses.replace(inner, name=self.method, folder=self.folder)
+
+
+def load_submission(folder: str | Path) -> Submission:
+    """Read and validate ``folder/submission.yaml``; errors name the file and the field."""
+    from llmsched_gym import _yaml
+    from llmsched_gym.leaderboard.suite import load_suite
+
+    folder = Path(folder)
+    path = folder / "submission.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{folder}: not a submission folder (no submission.yaml)")
+    try:
+        data = _yaml.safe_load(path.read_text())
+    except Exception as exc:  # noqa: BLE001 - YAML errors of every kind name the file
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of {list(SUBMISSION_FIELDS)}")
+    unknown = sorted(set(data) - set(SUBMISSION_FIELDS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {unknown}; allowed: {list(SUBMISSION_FIELDS)}")
+    for key in _REQUIRED:
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise ConfigError(f"{path}: field {key!r} is required (a non-empty string)")
+    try:
+        suite = load_suite(data["suite"])
+    except ConfigError:
+        from llmsched_gym.leaderboard.suite import SUITE_VERSION
+
+        raise ConfigError(
+            f"{path}: field 'suite': unknown suite version {data['suite']!r}; this package "
+            f"evaluates {SUITE_VERSION}"
+        ) from None
+    try:
+        task = suite.task(data["task"]).name
+    except ConfigError:
+        raise ConfigError(
+            f"{path}: field 'task': unknown task {data['task']!r}; tasks of {suite.version}: "
+            f"{list(suite.tasks)}"
+        ) from None
+    oracle = data.get("oracle", False)
+    if not isinstance(oracle, bool):
+        raise ConfigError(f"{path}: field 'oracle' must be true or false, got {oracle!r}")
+    method = data.get("method", folder.name)
+    if not isinstance(method, str) or not method.strip():
+        raise ConfigError(f"{path}: field 'method' must be a non-empty string, got {method!r}")
+    for key in ("paper", "training"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ConfigError(f"{path}: field {key!r} must be a string or null")
+    return Submission(
+        folder=folder,
+        suite=suite.version,
+        task=task,
+        method=method.strip(),
+        policy=data["policy"].strip(),
+        oracle=oracle,
+        paper=data.get("paper"),
+        training=data.get("training"),
+    )
+
+
+def write_results(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
+    """Write result rows as CSV (floats in shortest round-trip form), atomically."""
+    import pandas as pd
+
+    from llmsched_gym.leaderboard.run import RESULT_COLUMNS
+    from llmsched_gym.metrics._atomic import atomic_output
+
+    columns = list(RESULT_COLUMNS) + [c for c in SCORED_COLUMNS if rows and c in rows[0]]
+    frame = pd.DataFrame(list(rows), columns=columns)
+    with atomic_output(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def read_results(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a results CSV; an error names the file and what is wrong."""
+    import pandas as pd
+
+    from llmsched_gym.leaderboard.run import RESULT_COLUMNS
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no results file (run evaluate with --update first)")
+    try:
+        frame = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"{path}: not a readable CSV: {exc}") from None
+    missing = [c for c in RESULT_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing column(s) {missing}")
+    rows = frame.to_dict("records")
+    for row in rows:
+        row["error"] = "" if _is_nan(row.get("error")) else str(row["error"])
+        row["oracle"] = bool(row["oracle"])
+    return rows
+
+
+def _is_nan(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if _is_nan(a) and _is_nan(b):
+        return True
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return str(a) == str(b)
+
+
+def compare_results(
+    committed: Sequence[Mapping[str, Any]],
+    fresh: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+) -> list[str]:
+    """Differences between committed and re-run rows (matched by workload): one line each."""
+    problems = []
+    new = {r["workload"]: r for r in fresh}
+    for row in committed:
+        other = new.get(row["workload"])
+        if other is None:
+            continue
+        for col in columns:
+            if not _same(row.get(col), other.get(col)):
+                was, now = row.get(col), other.get(col)
+                problems.append(f"{row['workload']}: {col} committed {was!r}, re-run {now!r}")
+    return problems
