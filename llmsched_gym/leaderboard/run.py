@@ -214,7 +214,12 @@ def _run_ray(
     try:
         remote = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(run_workload)
         suite_ref = ray.put(suite)
-        pending = {remote.remote(suite_ref, spec, w): i for i, (spec, w) in enumerate(jobs)}
+        # Clusters first: their runs are the longest, and starting them last would leave one
+        # worker busy while the others idle. Rows still come back in the order given.
+        order = sorted(
+            range(len(jobs)), key=lambda i: suite.task(jobs[i][1].task).interface != "router"
+        )
+        pending = {remote.remote(suite_ref, *jobs[i]): i for i in order}
         rows: list[dict[str, Any] | None] = [None] * len(jobs)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

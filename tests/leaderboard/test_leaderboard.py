@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -316,3 +319,49 @@ def test_cli_list_evaluate_show(tmp_path):
     assert "| rank | method |" in out.stdout and (tmp_path / "shown" / "priority.md").is_file()
     out = cli("evaluate", "random", "--suite", "quick", "--update", "--quiet")
     assert out.returncode == 2 and "full test split" in out.stderr
+
+
+def test_readme_submit_your_policy_works_verbatim(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Submit your policy", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
+    code = textwrap.dedent(next(b for lang, b in blocks if lang == "python"))
+    yaml_text = textwrap.dedent(next(b for lang, b in blocks if lang == "yaml"))
+    commands = textwrap.dedent(next(b for lang, b in blocks if lang == "bash")).splitlines()
+    folder = tmp_path / "leaderboards" / "priority" / "my-method"
+    folder.mkdir(parents=True)
+    (folder / "policy.py").write_text(code)
+    (folder / "submission.yaml").write_text(yaml_text)
+    for line in commands:
+        args = shlex.split(line)
+        assert args[:2] == ["llmsched-gym", "leaderboard"]
+        if args[2] == "show":
+            args += ["--root", str(tmp_path / "leaderboards"), "--out", str(tmp_path / "shown")]
+        if args[2] == "validate":
+            args.append("--quick")
+        out = subprocess.run(
+            [sys.executable, "-m", "llmsched_gym", *args[1:], *(["--quiet"] if args[2] != "show" else [])],
+            capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        )
+        assert out.returncode == 0, (line, out.stdout[-2000:], out.stderr[-2000:])
+    assert (folder / "results.csv").is_file()
+    assert "my-method" in (tmp_path / "leaderboards" / "priority" / "README.md").read_text()
+
+
+def test_a_policy_over_the_time_limit_fails_its_rows(suite):
+    import dataclasses
+
+    strict = dataclasses.replace(suite, per_step_limit_s=1e-9)
+    w = suite.workloads("test", tasks=["Priority"], quick=True)[0]
+    row = run_workload(strict, "vllm-v1", w)
+    assert row["status"] == "failed" and "per engine step on average" in row["error"]
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_is_retried_then_reported(tmp_path, suite):
+    pytest.importorskip("ray", reason="Ray is an extra: pip install -e '.[ray]'")
+    (tmp_path / "crash.py").write_text("import os\ndef make():\n    os._exit(3)\n")
+    w = suite.workloads("test", tasks=["Priority"], quick=True)[:2]
+    rows = run_all(suite, [(f"{tmp_path / 'crash.py'}:make", x) for x in w], workers=2, progress=False)
+    assert [r["status"] for r in rows] == ["failed", "failed"]
+    assert all("worker died twice" in r["error"] for r in rows)
