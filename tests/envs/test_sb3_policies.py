@@ -1,0 +1,93 @@
+"""The permutation-invariant SB3 policies: scores move with their rows, values do not move."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the rl extra (torch, stable-baselines3) is absent")
+pytest.importorskip("stable_baselines3", reason="the rl extra (stable-baselines3) is absent")
+pytest.importorskip("sb3_contrib", reason="the rl extra (sb3-contrib) is absent")
+
+import llmsched_gym  # noqa: E402,F401 - registers the ids
+from llmsched_gym.envs.sb3_policies import MaskableRowScorePolicy, RowScorePolicy  # noqa: E402
+
+
+def _policy_and_obs(env_id, cls, **kw):
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3 import PPO
+
+    env = gym.make(env_id, **kw)
+    algo = MaskablePPO if cls is MaskableRowScorePolicy else PPO
+    model = algo(cls, env, n_steps=16, batch_size=16, seed=0, device="cpu")
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(40):  # a state with several visible rows
+        masks = getattr(env.unwrapped, "action_masks", None)
+        if masks is not None:
+            action = int(rng.choice(np.flatnonzero(masks())))
+        else:
+            action = env.action_space.sample()
+        obs, _, term, trunc, _ = env.step(action)
+        if term or trunc:
+            obs, _ = env.reset(seed=1)
+    return model.policy, obs
+
+
+def _scores_and_value(policy, obs):
+    o = {k: torch.as_tensor(np.asarray(v))[None] for k, v in obs.items()}
+    with torch.no_grad():
+        f = policy.extract_features(o, policy.features_extractor)
+        return policy.mlp_extractor.forward_actor(f)[0], policy.predict_values(o)[0]
+
+
+@pytest.mark.parametrize(
+    "env_id, cls, table, kw",
+    [
+        (
+            "llmsched/Priority-ChatSharegptOverload-v0",
+            RowScorePolicy,
+            "requests",
+            {"scenario_overrides": {"workload.num_requests": 60}},
+        ),
+        (
+            "llmsched/Select-ChatSharegptOverload-v0",
+            MaskableRowScorePolicy,
+            "requests",
+            {"scenario_overrides": {"workload.num_requests": 60}, "top_k": 8},
+        ),
+        (
+            "llmsched/Route-ChatAzureConv4x-v0",
+            MaskableRowScorePolicy,
+            "instances",
+            {"scenario_overrides": {"workload.num_requests": 60}},
+        ),
+    ],
+)
+def test_shuffled_rows_give_shuffled_scores_and_the_same_value(env_id, cls, table, kw):
+    policy, obs = _policy_and_obs(env_id, cls, **kw)
+    scores, value = _scores_and_value(policy, obs)
+    k = obs[table].shape[0]
+    perm = np.random.default_rng(1).permutation(k)
+    shuffled = dict(obs)
+    shuffled[table] = obs[table][perm]
+    shuffled["mask"] = obs["mask"][perm]
+    s2, v2 = _scores_and_value(policy, shuffled)
+    torch.testing.assert_close(s2[:k], scores[:k][perm], atol=1e-6, rtol=1e-5)
+    if len(scores) > k:  # Select's stop logit depends on the set only
+        torch.testing.assert_close(s2[k:], scores[k:], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(v2, value, atol=1e-6, rtol=1e-5)
+
+
+def test_action_net_is_identity_and_log_std_is_shared():
+    policy, _ = _policy_and_obs(
+        "llmsched/Priority-ChatSharegptOverload-v0",
+        RowScorePolicy,
+        scenario_overrides={"workload.num_requests": 30},
+    )
+    assert isinstance(policy.action_net, torch.nn.Identity)
+    assert policy.log_std.shape == (1,)
+    names = {id(p) for p in policy.parameters()}
+    assert all(id(p) in names for g in policy.optimizer.param_groups for p in g["params"])
+    assert len({id(p) for g in policy.optimizer.param_groups for p in g["params"]}) == len(names)
