@@ -90,7 +90,13 @@ def registered_ids() -> list[str]:
 
 
 def register_envs() -> None:
-    """Register every id (idempotent: ids already present are left alone)."""
+    """Register every id (idempotent: ids already present are left alone).
+
+    Each id also has a ``vector_entry_point``, so ``gym.make_vec(id, num_envs=N)`` returns the
+    native ``llmsched_gym.envs.vector.LLMSchedVectorEnv``.
+    """
+    from llmsched_gym.envs.vector import vector_entry_point
+
     for task, scenario, entry in _pairs():
         eid = env_id(task, scenario)
         if eid in gym.registry:
@@ -98,6 +104,7 @@ def register_envs() -> None:
         gym.register(
             id=eid,
             entry_point=entry,
+            vector_entry_point=vector_entry_point(entry),
             kwargs={"scenario": scenario},
             disable_env_checker=False,
         )
