@@ -1,4 +1,4 @@
-"""A PettingZoo ``ParallelEnv`` over a cluster: the router and every instance's scheduler are agents.
+"""A PettingZoo ``ParallelEnv`` over a cluster: the router and each instance's scheduler as agents.
 
 Agents: ``router`` and ``instance_0`` ... ``instance_{N-1}``. One parallel step is one routing
 decision of the cluster (an arriving request or a released job stage, as in ``RouteEnv``):
