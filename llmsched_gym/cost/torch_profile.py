@@ -919,6 +919,35 @@ def _measure_steps(
     return rows
 
 
+def time_batches(
+    cfg: ProfilerConfig, batches: BatchSet, progress: bool = False
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Whole-step times (s) of ``batches`` on ``cfg.device``, with the profiler's own kernels.
+
+    The same model, timer and step as ``run_profile``'s ``steps.csv`` (CUDA graphs, warm-ups,
+    median of repeats, L2 flush on a GPU); the KV cache is sized for the largest batch. Returns
+    the times and the hardware description (as ``meta.json``'s).
+    """
+    longest = int((batches.c + batches.m).max()) if batches.num_batches else 1
+    if longest > cfg.grid.max_model_len:  # rotary tables cover every position of the batches
+        cfg = replace(cfg, grid=replace(cfg.grid, max_model_len=longest))
+    cfg.validate()
+    torch = _import_torch()
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise CostModelError(
+            "profiler: device 'cuda' asked for but torch sees no GPU; use --device cpu"
+        )
+    spec = model_spec(cfg.model)
+    kv = np.bincount(batches.batch, weights=batches.c + batches.m, minlength=batches.num_batches)
+    torch.manual_seed(cfg.seed)
+    if not cfg.device.startswith("cuda"):
+        torch.set_num_threads(1)
+    with torch.inference_mode():
+        model = _Model(torch, spec, cfg, int(kv.max()) + 1)
+        rows = _measure_steps(model, _Timer(torch, cfg), batches, progress)
+    return np.array([r["time_s"] for r in rows], dtype=np.float64), _hardware(torch, cfg.device)
+
+
 def _hardware(torch: Any, device: str) -> dict[str, Any]:
     info: dict[str, Any] = {
         "device": device,

@@ -1,0 +1,1 @@
+"""Calibration tooling: validating cost profiles against measured steps on a device."""
