@@ -654,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmsched_gym.leaderboard import cli as leaderboard_cli
 
     leaderboard_cli.add_parser(sub)
+    from llmsched_gym import counterfactual
+
+    counterfactual.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,372 @@
+r"""Counterfactual forks: copy a run mid-way, try another decision, and measure the regret.
+
+``fork(obj)`` copies an engine, a cluster or an environment mid-run so that the copy continues
+exactly as the original would (tested against stepping both), while sharing what never changes:
+the workload's request and job specs (frozen), the scenario and the cost model. Planners and
+counterfactual analyses fork at a decision and step the copies.
+
+``counterfactual(...)`` runs a policy through an environment and, at sampled decision points,
+forks the environment once per alternative action (every candidate, or ``k`` sampled ones), takes
+that alternative, lets the policy decide everything after it until the episode ends (or for a
+horizon of decisions), and compares the returns: the **regret** of the policy's choice is the
+best alternative's return minus the return of its own choice (0: the policy chose as well as
+any alternative; the returns are minus the latency every request accrued, so regret is in
+request-seconds once divided by the reward scale).
+
+    llmsched-gym counterfactual --scenario chat-azure-conv-4x-v0 --policy least-load:backlog \\
+        --decision route --num-requests 200 --points 20
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsched_gym.errors import ConfigError
+
+__all__ = ["DECISIONS", "CounterfactualResult", "counterfactual", "fork"]
+
+DECISIONS = {
+    "route": "Route",
+    "preempt": "Preempt",
+    "batch": "Select",
+    "batchtype": "BatchType",
+}
+"""``--decision`` -> the environment task whose action is that decision."""
+
+
+def _shared(obj: Any) -> dict[int, Any]:
+    """Memo entries that make ``deepcopy`` share the immutable parts of a run."""
+    memo: dict[int, Any] = {}
+    for name in ("items", "cost_model", "scenario", "config"):
+        value = getattr(obj, name, None)
+        if value is None:
+            continue
+        memo[id(value)] = value
+        if name == "items":
+            for x in value:
+                memo[id(x)] = x
+    return memo
+
+
+def fork(obj: Any) -> Any:
+    """A copy of an engine, cluster or environment that continues exactly as ``obj`` would.
+
+    Workload specs, scenario, cost model and engine configuration are shared (they are never
+    mutated); everything that changes as the run goes on (requests, queues, KV blocks, clocks,
+    records, random generators, reward ledgers) is copied.
+
+    Raises:
+        ConfigError: ``obj`` is an environment waiting inside an engine step (Preempt's victim
+            choice runs within vLLM's packing loop, a suspended generator that cannot be copied);
+            fork it at a step boundary, or replay it (``counterfactual`` does).
+    """
+    try:
+        return copy.deepcopy(obj, _shared(obj))
+    except TypeError as exc:
+        if "generator" not in str(exc):
+            raise
+        raise ConfigError(
+            f"cannot fork {type(obj).__name__} here: it is waiting inside an engine step (a "
+            "suspended packing loop cannot be copied); fork at a step boundary or replay the "
+            "run to this decision"
+        ) from None
+
+
+@dataclass
+class CounterfactualResult:
+    """One row per sampled decision point, and the run's settings."""
+
+    table: Any
+    """point, decision, time_s, policy_action, best_action, num_alternatives, regret,
+    regret_request_s, returns (per action)."""
+    scenario: str
+    policy: str
+    decision: str
+
+    def summary(self) -> dict[str, float]:
+        """Mean, p50, p90 and max regret (request-seconds) and the share of regretful choices."""
+        r = self.table["regret_request_s"].to_numpy(np.float64)
+        return {
+            "points": len(r),
+            "mean_regret_request_s": float(r.mean()) if len(r) else math.nan,
+            "p50_regret_request_s": float(np.percentile(r, 50)) if len(r) else math.nan,
+            "p90_regret_request_s": float(np.percentile(r, 90)) if len(r) else math.nan,
+            "max_regret_request_s": float(r.max()) if len(r) else math.nan,
+            "share_with_regret": float(np.mean(r > 1e-9)) if len(r) else math.nan,
+        }
+
+
+def _make_agent(decision: str, policy: str) -> Any:
+    from llmsched_gym.envs.adapters import PolicyAgent, RouterAgent
+
+    if decision == "route":
+        return RouterAgent(policy)
+    from llmsched_gym.policies.registry import make_policy
+
+    return PolicyAgent(make_policy(policy))
+
+
+def _alternatives(env: Any) -> list[int]:
+    masks = getattr(env, "action_masks", None)
+    if masks is not None:
+        return [int(a) for a in np.flatnonzero(masks())]
+    return list(range(int(env.action_space.n)))
+
+
+def _fork_pair(
+    env: Any, agent: Any, make_env: Any, decision: str, policy: str, seed: int, i: int
+) -> tuple[Any, Any]:
+    """The environment and agent as they are at decision ``i``, copied.
+
+    The agent is copied with the environment: routers and policies keep state (round-robin's
+    turn, a scheduler's estimates) that must continue as well. Where the environment cannot be
+    copied mid-step (Preempt), the run is replayed to decision ``i`` instead: the engine is
+    deterministic, so the replay is the same state.
+    """
+    try:
+        return copy.deepcopy((env, agent), _shared(env))
+    except TypeError as exc:
+        if "generator" not in str(exc):
+            raise
+    env2, agent2 = make_env(), _make_agent(decision, policy)
+    env2.reset(seed=seed)
+    for _ in range(i):
+        env2.step(agent2.act(env2))
+    return env2, agent2
+
+
+def _rollout_return(env: Any, agent: Any, first: Any, horizon: int | None) -> float:
+    """Return of taking ``first`` now, then ``agent``'s actions, to the end or the horizon."""
+    total, n = 0.0, 0
+    action = first
+    while True:
+        _, reward, term, trunc, _ = env.step(action)
+        total += reward
+        n += 1
+        if term or trunc or (horizon is not None and n >= horizon):
+            return total
+        action = agent.act(env)
+
+
+def counterfactual(
+    scenario: str,
+    policy: str,
+    decision: str,
+    *,
+    overrides: dict[str, Any] | None = None,
+    points: int = 20,
+    alternatives: int | None = None,
+    horizon: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> CounterfactualResult:
+    """Regret of ``policy``'s ``decision`` at ``points`` decision points sampled (seeded).
+
+    Args:
+        scenario: A shipped scenario (a cluster one for ``route``).
+        policy: The policy whose choices are judged (a router for ``route``, else a scheduler).
+        decision: ``route``, ``preempt``, ``batch`` (the next pick of a batch) or ``batchtype``.
+        overrides: Scenario overrides (e.g. ``{"workload.num_requests": 200}``).
+        points: Decision points to examine, drawn uniformly from the policy's run.
+        alternatives: Examine ``k`` sampled alternatives besides the policy's (None: all).
+        horizon: Decisions each fork runs after its alternative (None: to the episode's end).
+        seed: Seed of the workload and of the point and alternative samples.
+        progress: Show a progress bar over the points.
+    """
+    import pandas as pd
+    from tqdm import tqdm
+
+    from llmsched_gym.envs.registration import CLUSTER_TASKS, TASKS
+
+    if decision not in DECISIONS:
+        raise ConfigError(f"--decision must be one of {list(DECISIONS)}, got {decision!r}")
+    if points < 1:
+        raise ConfigError(f"--points must be >= 1, got {points}")
+    task = DECISIONS[decision]
+    entry = {**TASKS, **CLUSTER_TASKS}[task]
+    module, _, cls = entry.partition(":")
+    import importlib
+
+    env_class = getattr(importlib.import_module(module), cls)
+
+    def make_env() -> Any:
+        return env_class(scenario=scenario, scenario_overrides=overrides or None)
+
+    env = make_env()
+    agent = _make_agent(decision, policy)
+    # The policy's own run: how many decisions there are to sample from.
+    env.reset(seed=seed)
+    n = 0
+    done = False
+    while not done:
+        _, _, term, trunc, _ = env.step(agent.act(env))
+        n += 1
+        done = term or trunc
+    rng = np.random.default_rng(seed)
+    chosen = set(rng.choice(n, size=min(points, n), replace=False).tolist())
+    env.reset(seed=seed)
+    rows = []
+    bar = tqdm(total=len(chosen), desc=f"counterfactual {decision}", disable=not progress)
+    for i in range(n):
+        action = agent.act(env)
+        if i in chosen:
+            alts = _alternatives(env)
+            if alternatives is not None and len(alts) > alternatives + 1:
+                others = [a for a in alts if a != int(action)]
+                alts = [int(action), *rng.choice(others, alternatives, replace=False).tolist()]
+            returns = {}
+            for a in dict.fromkeys([int(action), *alts]):
+                env2, agent2 = _fork_pair(env, agent, make_env, decision, policy, seed, i)
+                returns[a] = _rollout_return(env2, agent2, a, horizon)
+            best = max(returns, key=lambda a: (returns[a], -a))
+            regret = returns[best] - returns[int(action)]
+            rows.append(
+                {
+                    "point": i,
+                    "decision": decision,
+                    "time_s": env._clock(),
+                    "policy_action": int(action),
+                    "best_action": best,
+                    "num_alternatives": len(returns),
+                    "regret": regret,
+                    "regret_request_s": regret / env.reward_scale,
+                    "returns": ";".join(f"{a}:{r:.6g}" for a, r in returns.items()),
+                }
+            )
+            bar.update()
+        _, _, term, trunc, _ = env.step(action)
+        if term or trunc:
+            break
+    bar.close()
+    return CounterfactualResult(pd.DataFrame(rows), scenario, policy, decision)
+
+
+def write_outputs(result: CounterfactualResult, out: str | Path) -> list[Path]:
+    """``regret.csv``, ``summary.md`` and ``regret.png`` under ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from llmsched_gym._markdown import markdown_table
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    result.table.to_csv(out / "regret.csv", index=False)
+    s = result.summary()
+    lines = [
+        f"# Counterfactual regret: {result.policy}'s {result.decision} decisions on "
+        f"{result.scenario}",
+        "",
+        "At each sampled decision point the environment is forked once per alternative; each "
+        "fork takes its alternative and then follows the policy. Regret: the best fork's return "
+        "minus the policy's choice's, in request-seconds of latency.",
+        "",
+        "| " + " | ".join(s) + " |",
+        "|" + "---|" * len(s),
+        "| " + " | ".join(f"{v:.4g}" for v in s.values()) + " |",
+        "",
+        markdown_table(result.table.drop(columns=["returns"]), floatfmt=".4g"),
+        "",
+        "![regret](regret.png)",
+        "",
+    ]
+    (out / "summary.md").write_text("\n".join(lines))
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    r = result.table["regret_request_s"].to_numpy(np.float64)
+    ax.hist(r, bins=min(30, max(5, len(r))), color="tab:blue")
+    ax.set_xlabel("regret of the policy's choice (request-seconds)")
+    ax.set_ylabel("decision points")
+    ax.set_title(
+        f"{result.policy}: {result.decision} regret on {result.scenario}\n"
+        f"mean {s['mean_regret_request_s']:.3g}, share with regret {s['share_with_regret']:.0%}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(out / "regret.png", dpi=110)
+    plt.close(fig)
+    return [out / "regret.csv", out / "summary.md", out / "regret.png"]
+
+
+def add_parser(sub: Any) -> None:
+    """The ``counterfactual`` command of the top-level CLI."""
+    p = sub.add_parser(
+        "counterfactual",
+        help="regret of a policy's decisions: fork at sampled decisions, try every alternative",
+        description="Runs POLICY through the environment of DECISION on SCENARIO; at sampled "
+        "decision points it forks the run once per alternative action, takes the alternative, "
+        "lets the policy decide everything after it, and compares the returns. Regret of the "
+        "policy's choice = best alternative's return - its own, in request-seconds of latency "
+        "(0: no alternative did better). Writes regret.csv, summary.md and regret.png.",
+    )
+    p.add_argument("--scenario", required=True, help="a shipped scenario (a cluster for route)")
+    p.add_argument(
+        "--policy", required=True, help="router (route) or scheduler whose choices are judged"
+    )
+    p.add_argument("--decision", required=True, choices=sorted(DECISIONS), help="which decision")
+    p.add_argument("--num-requests", type=int, default=None, help="shorten the workload")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="scenario override (repeatable), e.g. --set workload.rate_per_s=40 (YAML values)",
+    )
+    p.add_argument("--points", type=int, default=20, help="decision points examined (default 20)")
+    p.add_argument(
+        "--alternatives",
+        type=int,
+        default=None,
+        metavar="K",
+        help="K sampled alternatives (default: all)",
+    )
+    p.add_argument(
+        "--horizon", type=int, default=None, help="decisions per fork (default: to the episode end)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="workload and sampling seed")
+    p.add_argument("--out", default="out/counterfactual", metavar="DIR", help="output folder")
+    p.set_defaults(func=_cmd)
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as scenario overrides (values parsed as YAML scalars)."""
+    from llmsched_gym import _yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set needs KEY=VALUE, got {pair!r}")
+        out[key.strip()] = _yaml.safe_load(value) if value.strip() else None
+    return out
+
+
+def _cmd(args: Any) -> int:
+    overrides = _overrides(args.set)
+    if args.num_requests is not None:
+        if args.num_requests < 1:
+            raise ConfigError(f"--num-requests must be >= 1, got {args.num_requests}")
+        overrides["workload.num_requests"] = args.num_requests
+    result = counterfactual(
+        args.scenario,
+        args.policy,
+        args.decision,
+        overrides=overrides,
+        points=args.points,
+        alternatives=args.alternatives,
+        horizon=args.horizon,
+        seed=args.seed,
+        progress=True,
+    )
+    for k, v in result.summary().items():
+        print(f"{k:>24}: {v:.4g}")
+    paths = write_outputs(result, args.out)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
