@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from llmsched_gym import _yaml
-from llmsched_gym.errors import ConfigError
+from llmsched_gym import _json, _yaml
+from llmsched_gym.errors import ConfigError, show
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
+MAX_SETTING = 2**31 - 1
+"""Largest integer setting: the compiled core holds them in C integers, so a larger value is
+refused here, with the same error in pure Python."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,11 @@ class EngineConfig:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"{name} must be a positive integer, got {show(value)}")
+            if value > MAX_SETTING:
+                raise ConfigError(
+                    f"{name} must be at most {MAX_SETTING:,} (2**31 - 1), got {show(value)}"
+                )
         if self.num_gpu_blocks < 2:
             raise ConfigError(
                 f"num_gpu_blocks must be >= 2 (block 0 is vLLM's reserved null block), "
@@ -53,16 +59,19 @@ class EngineConfig:
             )
         if not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError(
-                f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}"
+                f"enable_prefix_caching must be true or false, got {show(self.enable_prefix_caching)}"
             )
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ConfigError(
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
-                f"got {self.scheduling_policy!r}"
+                f"got {show(self.scheduling_policy)}"
             )
         t = self.long_prefill_token_threshold
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-            raise ConfigError(f"long_prefill_token_threshold must be an integer >= 0, got {t!r}")
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_SETTING:
+            raise ConfigError(
+                f"long_prefill_token_threshold must be an integer in [0, {MAX_SETTING:,}], "
+                f"got {show(t)}"
+            )
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -103,7 +112,7 @@ class EngineConfig:
             if path.suffix.lower() in (".yaml", ".yml"):
                 data = _yaml.safe_load(text)
             else:
-                data = json.loads(text)
+                data = _json.loads(text)
         except Exception as exc:  # noqa: BLE001 - any parse error becomes a ConfigError
             raise ConfigError(f"engine config {path} is not valid JSON/YAML: {exc}") from None
         data = data or {}

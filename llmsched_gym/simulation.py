@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -178,7 +179,11 @@ def simulate(
     specs = [x for x in items if not isinstance(x, Job)]
     jobs = [x for x in items if isinstance(x, Job)]
     if not specs and not jobs:
-        raise ConfigError("the trace holds no requests")
+        where = f"trace {os.fspath(trace)}" if isinstance(trace, (str, Path)) else "the workload"
+        raise ConfigError(
+            f"{where} holds no requests (an empty file, or only blank lines); a trace has one "
+            "JSON object per line"
+        )
     for x in specs:
         if not isinstance(x, RequestSpec):
             raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")

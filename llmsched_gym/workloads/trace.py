@@ -334,7 +334,10 @@ def load_trace(
             >= 1, got -3``. Also for an unknown name or format, or a bad ``limit``.
     """
     if limit is not None and (not is_int(limit) or limit < 1):
-        raise TraceError(f"load_trace: limit must be an int >= 1 or None, got {show(limit)}")
+        raise TraceError(
+            f"load_trace: limit must be an int >= 1 or None, got {show(limit)} (limit is the "
+            "number of requests to read: --num-requests on the command line)"
+        )
     if trace_format is not None and trace_format not in TRACE_FORMATS:
         raise TraceError(
             f"load_trace: trace_format must be one of {', '.join(TRACE_FORMATS)}, "
