@@ -187,6 +187,11 @@ def simulate(
     for x in specs:
         if not isinstance(x, RequestSpec):
             raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
+    if cfg.max_model_len is not None:
+        from llmsched_gym.workloads.stats import flatten_requests
+
+        where = f"trace {os.fspath(trace)}" if isinstance(trace, (str, Path)) else "workload"
+        cfg.check_request_lengths(flatten_requests(items), where)
     with gc_paused():  # no reference cycles in the run or its records; see llmsched_gym._gc
         t0 = time.perf_counter()
         with contextlib.ExitStack() as stack:

@@ -56,3 +56,36 @@ def test_compiled_and_pure_raise_the_same_error() -> None:
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert runs[0] == runs[1]
     assert all(kind == "ConfigError" for kind, _ in runs[0])
+
+
+def _spec(prompt_len: int, output_len: int = 4):
+    from llmsched_gym.workloads.trace import request_from_dict
+
+    return request_from_dict(
+        {"request_id": "r", "arrival_time": 0.0, "prompt_len": prompt_len, "output_len": output_len}
+    )
+
+
+def test_max_model_len_refuses_longer_prompts_as_vllm_does() -> None:
+    with pytest.raises(ConfigError, match=r"The decoder prompt \(length 5000\) is longer than the "
+                       r"maximum model length of 4096"):  # fmt: skip
+        simulate([_spec(5000)], {"max_model_len": 4096})
+    with pytest.raises(ConfigError, match="maximum context length is 5002 tokens"):
+        simulate([_spec(5000, 5)], {"max_model_len": 5002})
+    res = simulate([_spec(5000, 5)], {"max_model_len": 5005}, cost_model="constant:0.01")
+    assert res.summary["num_requests"] == 1
+    assert "max_model_len" not in EngineConfig().to_dict()  # unset: no limit, files unchanged
+    with pytest.raises(ConfigError, match="max_model_len must be a positive integer"):
+        EngineConfig(max_model_len=0)
+
+
+def test_vllm_budget_rule_at_the_cli(capsys) -> None:
+    from llmsched_gym.cli.main import main
+
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(100\) must be greater than "
+                       r"or equal to max_num_seqs \(256\)"):  # fmt: skip
+        EngineConfig(max_num_batched_tokens=100).verify_vllm_limits()
+    code = main(["simulate", "--num-requests", "3", "--max-num-batched-tokens", "100"])
+    assert code == 2
+    assert "must be greater than or equal to max_num_seqs (256)" in capsys.readouterr().err
+    EngineConfig(max_num_batched_tokens=256, max_num_seqs=256).verify_vllm_limits()

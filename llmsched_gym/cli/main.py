@@ -36,6 +36,8 @@ ENGINE_HELP = {
     "priority (lower 'priority' first, then arrival; vLLM --scheduling-policy; default fcfs)",
     "long_prefill_token_threshold": "cap on one request's new tokens per step when more than one "
     "request is running or waiting; 0 disables (vLLM --long-prefill-token-threshold; default 0)",
+    "max_model_len": "longest request in tokens, prompt + max_tokens (vLLM --max-model-len); a "
+    "longer request is refused with vLLM's message; default: no limit",
 }
 
 
@@ -154,7 +156,9 @@ def _workload(args: argparse.Namespace) -> tuple[Any, dict, Any, str, str]:
         _no_scenario_flags(args)
         trace = args.trace or DEFAULT_TRACE
         model = args.cost_model or DEFAULT_COST_MODEL
-        return trace, _engine_settings(args), model, scheduler or "vllm-v1", str(trace)
+        settings = _engine_settings(args)
+        EngineConfig.from_dict(settings).verify_vllm_limits()
+        return trace, settings, model, scheduler or "vllm-v1", str(trace)
     if args.trace is not None or args.num_requests is not None:
         raise ConfigError(
             "--scenario sets the workload: drop --trace and --num-requests (copy the scenario "
@@ -171,7 +175,8 @@ def _workload(args: argparse.Namespace) -> tuple[Any, dict, Any, str, str]:
     model = load_cost_model(args.cost_model or scenario.cost_model)
     items = scenario.build_workload(args.seed, cost_model=model)
     settings = {**scenario.engine, **_engine_settings(args)}
-    EngineConfig.from_dict(settings, source=f"scenario {scenario.name} with flags")
+    source = f"scenario {scenario.name} with flags"
+    EngineConfig.from_dict(settings, source=source).verify_vllm_limits(source)
     return items, settings, model, scheduler or scenario.scheduler, scenario.name
 
 
