@@ -179,11 +179,12 @@ def simulate(
     specs = [x for x in items if not isinstance(x, Job)]
     jobs = [x for x in items if isinstance(x, Job)]
     if not specs and not jobs:
-        where = f"trace {os.fspath(trace)}" if isinstance(trace, (str, Path)) else "the workload"
-        raise ConfigError(
-            f"{where} holds no requests (an empty file, or only blank lines); a trace has one "
-            "JSON object per line"
-        )
+        if isinstance(trace, (str, Path)):
+            raise ConfigError(
+                f"trace {os.fspath(trace)} holds no requests (an empty file, or only blank "
+                "lines); a trace has one JSON object per line"
+            )
+        raise ConfigError("the workload holds no requests; pass at least one RequestSpec or Job")
     for x in specs:
         if not isinstance(x, RequestSpec):
             raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
