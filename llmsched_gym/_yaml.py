@@ -62,6 +62,11 @@ def safe_load(text: str) -> Any:
             return None
         _check(node)
         return loader.construct_document(node)
+    except YAMLLimitError:
+        raise
+    except yaml.YAMLError as exc:
+        # PyYAML's messages span several lines (problem, context, mark): one line for the CLI.
+        raise yaml.YAMLError(" ".join(str(exc).split())) from None
     finally:
         loader.dispose()
 

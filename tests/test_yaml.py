@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -11,14 +14,9 @@ from llmsched_gym.cost.registry import load_cost_model
 from llmsched_gym.errors import ConfigError, CostModelError
 from llmsched_gym.scenarios import load_scenario
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+from malformed_corpus import billion_laughs  # noqa: E402
 
-def billion_laughs() -> str:
-    """Nine levels of nine aliases: a few hundred bytes, 10**9 values once expanded."""
-    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    for i in range(1, 9):
-        prev, cur = chr(96 + i), chr(97 + i)
-        lines.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
-    return "\n".join(lines) + "\n"
 
 
 def test_alias_bomb_is_refused_quickly() -> None:
