@@ -50,6 +50,56 @@ def quiet_logger(model: Any) -> Any:
     return model
 
 
+def progress_callback(label: str, total: int, every_s: float = 10.0, stream: Any = None) -> Any:
+    """An SB3 callback printing training progress every ``every_s`` seconds and at the end.
+
+    One line each: steps done of ``total``, the mean return of the episodes finished so far
+    (from the vectorised env's ``episode`` infos) and the time taken.
+    """
+    import sys
+
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    out = stream or sys.stdout
+
+    class _Progress(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.started = time.perf_counter()
+            self.last = self.started
+            self.returns: list[float] = []
+
+        def _on_step(self) -> bool:
+            for info in self.locals.get("infos", ()):
+                if "episode" in info:
+                    self.returns.append(float(info["episode"]["r"]))
+            now = time.perf_counter()
+            if now - self.last >= every_s:
+                self.last = now
+                self._print()
+            return True
+
+        def _on_training_end(self) -> None:
+            self._print()
+
+        def _print(self) -> None:
+            done = min(self.num_timesteps, total)
+            ret = (
+                f"mean episode return {sum(self.returns) / len(self.returns):.2f} over "
+                f"{len(self.returns)} episodes"
+                if self.returns
+                else "no episode finished yet"
+            )
+            print(
+                f"{label}: {done:,} / {total:,} steps ({done / total:.0%}), {ret}, "
+                f"{time.perf_counter() - self.started:.0f} s",
+                file=out,
+                flush=True,
+            )
+
+    return _Progress()
+
+
 def evaluate(
     env_id: str,
     overrides: dict[str, Any],

@@ -791,11 +791,13 @@ def _show_workload(args: argparse.Namespace) -> int:
     if name in list_traces() or (name.endswith(".jsonl") and Path(name).is_file()):
         from llmsched_gym.workloads.trace import load_trace
 
+        if args.overrides:
+            raise ConfigError(f"--set overrides a scenario's fields; {name} is a trace")
         items, label = list(load_trace(name)), f"trace {name}"
     else:
         from llmsched_gym.scenarios import load_scenario
 
-        scenario = load_scenario(name)
+        scenario = load_scenario(name, common.parse_overrides(args.overrides))
         items = scenario.build_workload(args.seed)
         label = (
             f"scenario {scenario.name} (seed {scenario.seed if args.seed is None else args.seed})"
@@ -964,7 +966,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("name", nargs="?", default=None, metavar="NAME", help="trace or scenario")
     p.add_argument("--plot", metavar="FILE", help="write a prompt/output length histogram here")
-    p.add_argument("--seed", type=int, default=None, help="seed of a scenario's generator")
+    p.add_argument(
+        "--seed", type=int, default=None, help="seed of a scenario's generator (default: its own)"
+    )
+    common.add_set_argument(p)
     p.set_defaults(func=_cmd_workloads)
 
     p = sub.add_parser(

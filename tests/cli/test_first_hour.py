@@ -92,6 +92,13 @@ def test_set_json_and_router(tmp_path: Path, capsys) -> None:
     assert code == 0 and json.loads(stdout)["router"] == "round-robin"
 
 
+def test_workloads_show_takes_set(capsys) -> None:
+    code, stdout, _ = run(
+        capsys, "workloads", "show", "chat-sharegpt-v0", "--set", "workload.num_requests=30"
+    )
+    assert code == 0 and "num_requests               30" in stdout
+
+
 def test_num_requests_zero_is_a_usage_error(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["simulate", "--num-requests", "0"])
