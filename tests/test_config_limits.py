@@ -89,3 +89,12 @@ def test_vllm_budget_rule_at_the_cli(capsys) -> None:
     assert code == 2
     assert "must be greater than or equal to max_num_seqs (256)" in capsys.readouterr().err
     EngineConfig(max_num_batched_tokens=256, max_num_seqs=256).verify_vllm_limits()
+
+
+def test_block_size_flag_takes_vllm_sizes(capsys) -> None:
+    from llmsched_gym.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--num-requests", "3", "--block-size", "4"])
+    assert "--block-size: invalid choice: 4" in capsys.readouterr().err
+    assert main(["simulate", "--num-requests", "3", "--block-size", "32", "--no-progress"]) == 0

@@ -22,11 +22,16 @@ COMPARE_SCENARIO = "chat-sharegpt-overload-v0"
 """``compare``'s default: an overloaded instance, where the schedulers' choices change latency."""
 DEFAULT_SCHEDULERS = ("vllm-v1", "vllm-v0", "sarathi", "static-priority:shortest-prompt")
 
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+"""The ``--block-size`` choices of vLLM's own command line."""
+
 ENGINE_HELP = {
     "max_num_batched_tokens": "token budget of one engine step: prompt, chunk and decode tokens "
     "computed in one batch (vLLM --max-num-batched-tokens; default 8192)",
     "max_num_seqs": "most requests in the running queue at once (vLLM --max-num-seqs; default 256)",
-    "block_size": "tokens per KV-cache block (vLLM --block-size; default 16)",
+    "block_size": "tokens per KV-cache block, one of vLLM's sizes 1, 8, 16, 32, 64, 128 (vLLM "
+    "--block-size; default 16; an --engine-config file may set any size, e.g. for tiny test "
+    "engines)",
     "num_gpu_blocks": "KV-cache blocks including vLLM's reserved null block 0; default: derived "
     "from the cost profile's GPU memory, weights and gpu_memory_utilization=0.9 as vLLM does, "
     "else 8192",
@@ -56,6 +61,11 @@ def _add_engine_args(p: argparse.ArgumentParser, budget_help: str | None = None)
             )
         elif key == "scheduling_policy":
             g.add_argument(flag, choices=("fcfs", "priority"), default=None, help=ENGINE_HELP[key])
+        elif key == "block_size":  # vLLM's CLI offers these sizes only
+            g.add_argument(
+                flag, type=int, choices=VLLM_BLOCK_SIZES, default=None, metavar="N",
+                help=ENGINE_HELP[key],
+            )  # fmt: skip
         else:
             text = budget_help if key == "max_num_batched_tokens" and budget_help else None
             g.add_argument(
@@ -787,6 +797,7 @@ def _show_workload(args: argparse.Namespace) -> int:
 
     if args.name is None:
         raise ConfigError("workloads show needs a NAME: a shipped trace, a scenario or a file")
+    common.check_output_file(args.plot, "--plot")
     name = args.name
     if name in list_traces() or (name.endswith(".jsonl") and Path(name).is_file()):
         from llmsched_gym.workloads.trace import load_trace
