@@ -32,7 +32,7 @@ from llmsched_gym import _yaml
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import RequestSpec
-from llmsched_gym.errors import ConfigError, show
+from llmsched_gym.errors import ConfigError, LLMSchedError, show
 
 __all__ = [
     "WORKLOAD_KINDS",
@@ -234,7 +234,12 @@ class Scenario:
             cost_model = load_cost_model(self.cost_model)
         kind = WORKLOAD_KINDS[self.workload["kind"]]
         params = {k: v for k, v in self.workload.items() if k != "kind"}
-        items = kind.build(params, self.seed if seed is None else seed, cost_model)
+        try:
+            items = kind.build(params, self.seed if seed is None else seed, cost_model)
+        except LLMSchedError:
+            raise
+        except ValueError as exc:  # a generator's own check of a parameter value
+            raise ConfigError(f"scenario {self.name}: workload: {exc}") from None
         return stamp_slos(items, self.slo)
 
     def simulate(

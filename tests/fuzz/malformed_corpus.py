@@ -64,6 +64,12 @@ CASES: list[dict] = [
     # Huge integers: range errors before typed code, the same compiled or pure.
     {"id": "huge-prompt-len", "files": {TRACE: _line(prompt_len=10**30)},
      "argv": [*RUN, "--trace", TRACE], "rc": 2, "err": "field 'prompt_len' must be an int <="},
+    {"id": "huge-priority", "files": {TRACE: _line(priority=10**30)},
+     "argv": [*RUN, "--trace", TRACE], "rc": 2, "err": "field 'priority' must be an int in"},
+    {"id": "scenario-parameter-out-of-range", "files": {},
+     "argv": ["simulate", "--scenario", "chat-sharegpt-v0", "--set",
+              "workload.num_requests=100000"], "rc": 2,
+     "err": "scenario chat-sharegpt-v0: workload: num_requests must be <="},
     {"id": "huge-budget-flag", "files": {TRACE: _line()},
      "argv": [*RUN, "--trace", TRACE, "--max-num-batched-tokens", str(10**30)], "rc": 2,
      "err": "max_num_batched_tokens must be at most"},

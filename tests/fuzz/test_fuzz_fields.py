@@ -35,6 +35,7 @@ def test_trace_records(changes: dict) -> None:
         assert str(exc).startswith("fuzz.jsonl:1: ") and len(str(exc)) < 400
     else:  # what is accepted fits the compiled core's C integers
         assert max(spec.prompt_len, spec.output_len, spec.max_tokens) <= C_INT_MAX
+        assert abs(spec.priority) <= C_INT_MAX
 
 
 @settings(max_examples=300, deadline=None)
