@@ -472,9 +472,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     if args.scenario is None and args.trace is None:
         args.scenario = COMPARE_SCENARIO
+        if args.num_requests is not None:  # the default scenario's workload, shortened
+            args.overrides = [*args.overrides, f"workload.num_requests={args.num_requests}"]
+            args.num_requests = None
     names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
     if not names:
         raise ConfigError("--schedulers: give at least one scheduler name, e.g. vllm-v1,sarathi")
+    from llmsched_gym.policies.registry import make_policy
+
+    for name in names:  # unknown names fail now, not after the first runs
+        make_policy(name)
     output = common.OutputSet(args.out)
     scenario = _load_scenario(args) if args.scenario is not None else None
     results: dict[str, Any] = {}

@@ -40,6 +40,13 @@ def test_default_compare_tells_a_story(tmp_path: Path, capsys) -> None:
     ]
 
 
+def test_compare_num_requests_shortens_the_default_scenario(tmp_path: Path, capsys) -> None:
+    code, stdout, _ = run(
+        capsys, "compare", "--num-requests", "100", "--out", str(tmp_path / "s"), "--no-progress"
+    )
+    assert code == 0 and stdout.startswith("chat-sharegpt-overload-v0 (100 requests)")
+
+
 def test_compare_runs_a_cluster_scenario_as_a_cluster(tmp_path: Path, capsys) -> None:
     code, stdout, _ = run(
         capsys, "compare", "--scenario", "text2sql-hetero1-v0", "--set",
