@@ -411,14 +411,14 @@ def _print_metrics(s: dict, jobs: Any = None) -> None:
 
 
 def _format_value(key: str, value: Any) -> str:
-    """One format per metric: counts as integers, seconds to the millisecond, rates to 3 places."""
+    """One format per metric: counts as integers with thousands separators, others to 4 places."""
     if isinstance(value, (bool, str)) or value is None:
         return str(value)
-    if key.startswith("num_") or isinstance(value, int):
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    integral = isinstance(value, int) or kind in ("i", "u")
+    if key.startswith(("num_", "total_")) or integral:
         return f"{int(value):,d}"
-    if "_s_" in key or key.endswith("_s") or "throughput" in key:
-        return f"{value:,.3f}"
-    return f"{value:.3f}"
+    return f"{value:,.4f}"
 
 
 def _job_slo_outcome(jobs: Any) -> tuple[int, int] | None:
@@ -792,8 +792,6 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def _show_workload(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from llmsched_gym.workloads.catalog import list_traces
     from llmsched_gym.workloads.stats import (
         flatten_requests,
@@ -825,8 +823,9 @@ def _show_workload(args: argparse.Namespace) -> int:
         raise ConfigError(f"{label} has no requests")
     stats = {**workload_stats(specs), **job_stats(items)}
     print(label)
-    with pd.option_context("display.float_format", "{:,.4g}".format):
-        print(pd.Series(stats, dtype=object).to_string())
+    width = max(len(k) for k in stats)
+    for key, value in stats.items():
+        print(f"{key:<{width}}  {_format_value(key, value):>14}")
     if args.plot:
         path = plot_length_histogram(specs, args.plot, title=label)
         print(f"wrote {path}")
