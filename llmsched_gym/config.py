@@ -69,7 +69,8 @@ class EngineConfig:
             )
         if not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError(
-                f"enable_prefix_caching must be true or false, got {show(self.enable_prefix_caching)}"
+                "enable_prefix_caching must be true or false, got "
+                f"{show(self.enable_prefix_caching)}"
             )
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ConfigError(
@@ -134,8 +135,10 @@ class EngineConfig:
         return self.from_dict({**asdict(self), **changes})
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as a plain dict (the engine-config file format; an unset
-        ``max_model_len`` is left out)."""
+        """The settings as a plain dict (the engine-config file format).
+
+        An unset ``max_model_len`` is left out, so files and summaries keep their keys.
+        """
         data = asdict(self)
         if data["max_model_len"] is None:
             del data["max_model_len"]

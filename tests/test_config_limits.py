@@ -15,10 +15,13 @@ from llmsched_gym.simulation import simulate
 
 
 @pytest.mark.parametrize(
-    "key", ["max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks", "long_prefill_token_threshold"]
+    "key",
+    ["max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks", "long_prefill_token_threshold"],
 )
 def test_huge_settings_are_config_errors(key: str) -> None:
-    with pytest.raises(ConfigError, match=rf"{key} must be .*2\*\*31 - 1|{key} must be an integer in"):
+    with pytest.raises(
+        ConfigError, match=rf"{key} must be .*2\*\*31 - 1|{key} must be an integer in"
+    ):
         EngineConfig.from_dict({key: 10**30})
 
 

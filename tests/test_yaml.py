@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
 from malformed_corpus import billion_laughs  # noqa: E402
 
 
-
 def test_alias_bomb_is_refused_quickly() -> None:
     with pytest.raises(_yaml.YAMLLimitError, match="aliases .* expand the document"):
         _yaml.safe_load(billion_laughs())

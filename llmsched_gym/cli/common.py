@@ -218,4 +218,3 @@ class OutputSet:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.discard()
-

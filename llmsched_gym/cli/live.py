@@ -209,6 +209,7 @@ def validate_table_text(table: Any) -> str:
             "signed_error_pct_p99": "error_pct_p99",
         }
     )
+
     def signed(x: float) -> str:
         return "" if x != x else f"{x:+.2f}"
 

@@ -68,9 +68,7 @@ def _add_engine_args(p: argparse.ArgumentParser, budget_help: str | None = None)
             )  # fmt: skip
         else:
             text = budget_help if key == "max_num_batched_tokens" and budget_help else None
-            g.add_argument(
-                flag, type=int, default=None, metavar="N", help=text or ENGINE_HELP[key]
-            )
+            g.add_argument(flag, type=int, default=None, metavar="N", help=text or ENGINE_HELP[key])
 
 
 def _engine_settings(args: argparse.Namespace) -> dict:
@@ -398,7 +396,7 @@ def _jsonable(v):
 
 
 def _print_metrics(s: dict, jobs: Any = None) -> None:
-    """The summary's headline metrics, one per line, and the jobs' SLO outcome when there are jobs."""
+    """The summary's headline metrics, one per line, and the jobs' SLO outcome if they have SLOs."""
     keys = [k for k in _SUMMARY_KEYS if k in s and not (isinstance(s[k], float) and s[k] != s[k])]
     if s.get("num_jobs") == 0:
         keys = [k for k in keys if k != "num_jobs"]
@@ -505,9 +503,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 results[name] = res
             first = next(iter(results.values()))
             gpus = sorted(set(first.instances["gpu"]))
-            setting = (
-                f"{len(first.configs)} instances ({', '.join(gpus)}), router {first.router}"
-            )
+            setting = f"{len(first.configs)} instances ({', '.join(gpus)}), router {first.router}"
             num_requests = first.summary["num_requests"]
             label = scenario.name
         else:
@@ -563,8 +559,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         output.discard()
     if args.json:
         common.print_json(
-            {"workload": label, "setting": setting, "story": story, "out": str(written),
-             "rows": table.reset_index().to_dict(orient="records")}  # fmt: skip
+            {
+                "workload": label,
+                "setting": setting,
+                "story": story,
+                "out": str(written),
+                "rows": table.reset_index().to_dict(orient="records"),
+            }  # fmt: skip
         )
         return 0
     print(title)
@@ -885,9 +886,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
-    from llmsched_gym.policies.registry import list_policies
-
     from llmsched_gym import __version__
+    from llmsched_gym.policies.registry import list_policies
 
     parser = argparse.ArgumentParser(
         prog="llmsched-gym",
@@ -1031,7 +1031,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit these measurement folders instead of measuring (repeatable)",
     )
     p.add_argument(
-        "--out", default="out/calibrate", metavar="DIR", help="output folder (default out/calibrate)"
+        "--out",
+        default="out/calibrate",
+        metavar="DIR",
+        help="output folder (default out/calibrate)",
     )
     p.add_argument("--profile-dir", metavar="DIR", help="write the profile YAML here instead")
     p.add_argument("--report-dir", metavar="DIR", help="write the report and plot here instead")

@@ -150,7 +150,9 @@ class Scenario:
             raise ConfigError(f"{where}: seed must be an integer >= 0, got {show(seed)}")
         for key in ("cost_model", "scheduler"):
             if key in data and (not isinstance(data[key], str) or not data[key]):
-                raise ConfigError(f"{where}: {key} must be a non-empty string, got {show(data[key])}")
+                raise ConfigError(
+                    f"{where}: {key} must be a non-empty string, got {show(data[key])}"
+                )
         engine = data.get("engine") or {}
         if not isinstance(engine, dict):
             raise ConfigError(f"{where}: engine must be a mapping, got {show(engine)}")

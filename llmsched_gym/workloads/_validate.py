@@ -18,8 +18,6 @@ same clear error with and without the compiled core (no context is near 2**31 to
 """
 
 
-
-
 def is_int(value: Any) -> bool:
     """True for a JSON integer (``bool`` is an ``int`` subclass in Python but not an int here)."""
     return isinstance(value, int) and not isinstance(value, bool)

@@ -145,7 +145,11 @@ def test_rerun_replaces_the_whole_set(tmp_path: Path, capsys) -> None:
     code, stdout, _ = run(capsys, *base)
     assert code == 0 and f"to {out}/" in stdout
     assert not (out / "steps.csv").exists()  # stale: this run does not produce it
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "requests.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "requests.csv",
+        "summary.json",
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["o"]  # no temporary folders left
 
 

@@ -73,7 +73,7 @@ CASES: list[dict] = [
     {"id": "huge-budget-flag", "files": {TRACE: _line()},
      "argv": [*RUN, "--trace", TRACE, "--max-num-batched-tokens", str(10**30)], "rc": 2,
      "err": "max_num_batched_tokens must be at most"},
-    {"id": "huge-blocks-file", "files": {TRACE: _line(), "e.json": '{"num_gpu_blocks": %d}' % 10**30},
+    {"id": "huge-blocks-file", "files": {TRACE: _line(), "e.json": f'{{"num_gpu_blocks": {10**30}}}'},
      "argv": [*RUN, "--trace", TRACE, "--engine-config", "e.json"], "rc": 2,
      "err": "num_gpu_blocks must be at most"},
     # Output paths: checked before the run.

@@ -19,7 +19,9 @@ json_values = st.recursive(
     | st.integers(min_value=-(10**40), max_value=10**40)
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 C_INT_MAX = 2**31 - 1

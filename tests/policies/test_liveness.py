@@ -12,8 +12,12 @@ from llmsched_gym.workloads.trace import request_from_dict
 def _one(prompt_len: int, output_len: int):
     return [
         request_from_dict(
-            {"request_id": "a", "arrival_time": 0.0, "prompt_len": prompt_len,
-             "output_len": output_len}  # fmt: skip
+            {
+                "request_id": "a",
+                "arrival_time": 0.0,
+                "prompt_len": prompt_len,
+                "output_len": output_len,
+            }  # fmt: skip
         )
     ]
 

@@ -12,7 +12,9 @@ def test_name_must_match_the_file(tmp_path) -> None:
     text = scenario_path("chat-sharegpt-v0").read_text()
     path = tmp_path / "my-copy-v0.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=r"my-copy-v0\.yaml:\d+: key 'name' is 'chat-sharegpt-v0'"):
+    with pytest.raises(
+        ConfigError, match=r"my-copy-v0\.yaml:\d+: key 'name' is 'chat-sharegpt-v0'"
+    ):
         load_scenario(path)
 
 
