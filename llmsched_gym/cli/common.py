@@ -159,6 +159,12 @@ class OutputSet:
     def prepare(self) -> OutputSet:
         """Checks ``out`` and creates the temporary folder (the pre-flight check of a run)."""
         out = self.out
+        here = Path.cwd().resolve()
+        if out.resolve() == here or out.resolve() in here.parents:
+            raise ConfigError(
+                f"{self.flag} {out}: the set replaces the whole folder, and this one holds the "
+                "current folder; give a new folder, e.g. out/run1"
+            )
         if out.exists() and not out.is_dir():
             raise ConfigError(f"{self.flag} {out}: is a file, not a folder; give a folder path")
         if out.is_dir():

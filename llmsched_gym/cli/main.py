@@ -1081,15 +1081,21 @@ def main(argv: list[str] | None = None) -> int:
     except (LLMSchedError, FileNotFoundError) as exc:
         print(f"llmsched-gym {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        # Output sets are swapped in only when complete: an interruption leaves the old one.
-        print(f"llmsched-gym {args.command}: interrupted; no output written", file=sys.stderr)
-        return 130
     except BrokenPipeError:  # e.g. piped into head: the reader has gone, so say nothing more
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # e.g. the disk filled up while writing: say what and where, in a line
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(
+            f"llmsched-gym {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr
+        )
+        return 2
+    except KeyboardInterrupt:
+        # Output sets are swapped in only when complete: an interruption leaves the old one.
+        print(f"llmsched-gym {args.command}: interrupted; no output written", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -170,6 +170,14 @@ def test_interrupt_is_one_line_and_keeps_the_old_set(tmp_path: Path, capsys, mon
     assert [p.name for p in tmp_path.iterdir()] == ["o"]
 
 
+def test_the_current_folder_is_never_replaced(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for out in (".", str(tmp_path.parent)):
+        code, _, err = run(capsys, "simulate", "--num-requests", "5", "--out", out)
+        assert code == 2 and "holds the current folder" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_folder_of_other_files_is_never_replaced(tmp_path: Path, capsys) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     code, _, err = run(capsys, "simulate", "--num-requests", "5", "--out", str(tmp_path))
