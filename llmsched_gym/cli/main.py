@@ -1088,9 +1088,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as exc:  # e.g. the disk filled up while writing: say what and where, in a line
         where = f" ({exc.filename})" if exc.filename else ""
-        print(
-            f"llmsched-gym {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr
-        )
+        print(f"llmsched-gym {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # Output sets are swapped in only when complete: an interruption leaves the old one.
