@@ -50,6 +50,70 @@ def quiet_logger(model: Any) -> Any:
     return model
 
 
+def progress_callback(label: str, total: int, every_s: float = 10.0, stream: Any = None) -> Any:
+    """An SB3 callback printing training progress every ``every_s`` seconds and at the end.
+
+    One line each: steps done of ``total``, the mean return of the episodes finished so far
+    (from the vectorised env's ``episode`` infos; before the first one ends, the mean reward per
+    step) and the time taken.
+    """
+    import sys
+
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    out = stream or sys.stdout
+
+    class _Progress(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.started = time.perf_counter()
+            self.last = self.started
+            self.returns: list[float] = []
+            self.reward_sum = 0.0
+            self.reward_count = 0
+            self.printed_at = -1
+
+        def _on_step(self) -> bool:
+            rewards = self.locals.get("rewards")
+            if rewards is not None:
+                self.reward_sum += float(sum(rewards))
+                self.reward_count += len(rewards)
+            for info in self.locals.get("infos", ()):
+                if "episode" in info:
+                    self.returns.append(float(info["episode"]["r"]))
+            now = time.perf_counter()
+            if now - self.last >= every_s:
+                self.last = now
+                self._print()
+            return True
+
+        def _on_training_end(self) -> None:
+            if self.printed_at != self.num_timesteps:
+                self._print()
+
+        def _print(self) -> None:
+            self.printed_at = self.num_timesteps
+            done = min(self.num_timesteps, total)
+            if self.returns:
+                ret = (
+                    f"mean episode return {sum(self.returns) / len(self.returns):.2f} over "
+                    f"{len(self.returns)} episodes"
+                )
+            elif self.reward_count:
+                mean = self.reward_sum / self.reward_count
+                ret = f"no episode finished yet, mean reward per step {mean:.4f}"
+            else:
+                ret = "no episode finished yet"
+            print(
+                f"{label}: {done:,} / {total:,} steps ({done / total:.0%}), {ret}, "
+                f"{time.perf_counter() - self.started:.0f} s",
+                file=out,
+                flush=True,
+            )
+
+    return _Progress()
+
+
 def evaluate(
     env_id: str,
     overrides: dict[str, Any],

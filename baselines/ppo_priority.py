@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gymnasium as gym  # noqa: E402
-from _common import evaluate, parser, quiet_logger, write  # noqa: E402
+from _common import evaluate, parser, progress_callback, quiet_logger, write  # noqa: E402
 
 import llmsched_gym.envs  # noqa: E402,F401 - registers the ids
 
@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> dict:
     # n_steps 256 x 2 envs per update: short rollouts so a few thousand steps make several updates.
     model = PPO("MultiInputPolicy", venv, n_steps=256, batch_size=128, seed=args.seed, verbose=0)
     quiet_logger(model)
-    model.learn(total_timesteps=args.timesteps)
+    model.learn(
+        total_timesteps=args.timesteps,
+        callback=progress_callback("PPO", args.timesteps),
+    )
     result = evaluate(args.env_id, overrides, model, args.seed, args.eval_seeds)
     result.update(
         {

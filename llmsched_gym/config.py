@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from llmsched_gym import _yaml
-from llmsched_gym.errors import ConfigError
+from llmsched_gym import _json, _yaml
+from llmsched_gym.errors import ConfigError, show
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
+MAX_SETTING = 2**31 - 1
+"""Largest integer setting: the compiled core holds them in C integers, so a larger value is
+refused here, with the same error in pure Python."""
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,26 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0
     """When > 0 and more than one request is running or waiting, cap each request's new tokens
     per step at this value (vLLM's partial-prefill knob); 0 disables the cap."""
+    max_model_len: int | None = None
+    """Longest request in tokens (prompt + max_tokens), vLLM's ``--max-model-len``. A longer
+    prompt is refused with vLLM's message (``check_request_lengths``); None (the default) sets
+    no limit, so the shipped scenarios keep every request (some Azure prompts exceed
+    Llama-2's 4,096-token context)."""
 
     def __post_init__(self) -> None:
+        m = self.max_model_len
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 1 <= m):
+            raise ConfigError(f"max_model_len must be a positive integer or null, got {show(m)}")
+        if m is not None and m > MAX_SETTING:
+            raise ConfigError(f"max_model_len must be at most {MAX_SETTING:,}, got {show(m)}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"{name} must be a positive integer, got {show(value)}")
+            if value > MAX_SETTING:
+                raise ConfigError(
+                    f"{name} must be at most {MAX_SETTING:,} (2**31 - 1), got {show(value)}"
+                )
         if self.num_gpu_blocks < 2:
             raise ConfigError(
                 f"num_gpu_blocks must be >= 2 (block 0 is vLLM's reserved null block), "
@@ -53,16 +69,20 @@ class EngineConfig:
             )
         if not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError(
-                f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}"
+                "enable_prefix_caching must be true or false, got "
+                f"{show(self.enable_prefix_caching)}"
             )
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ConfigError(
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
-                f"got {self.scheduling_policy!r}"
+                f"got {show(self.scheduling_policy)}"
             )
         t = self.long_prefill_token_threshold
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-            raise ConfigError(f"long_prefill_token_threshold must be an integer >= 0, got {t!r}")
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_SETTING:
+            raise ConfigError(
+                f"long_prefill_token_threshold must be an integer in [0, {MAX_SETTING:,}], "
+                f"got {show(t)}"
+            )
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -103,7 +123,7 @@ class EngineConfig:
             if path.suffix.lower() in (".yaml", ".yml"):
                 data = _yaml.safe_load(text)
             else:
-                data = json.loads(text)
+                data = _json.loads(text)
         except Exception as exc:  # noqa: BLE001 - any parse error becomes a ConfigError
             raise ConfigError(f"engine config {path} is not valid JSON/YAML: {exc}") from None
         data = data or {}
@@ -115,5 +135,61 @@ class EngineConfig:
         return self.from_dict({**asdict(self), **changes})
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as a plain dict (the engine-config file format)."""
-        return asdict(self)
+        """The settings as a plain dict (the engine-config file format).
+
+        An unset ``max_model_len`` is left out, so files and summaries keep their keys.
+        """
+        data = asdict(self)
+        if data["max_model_len"] is None:
+            del data["max_model_len"]
+        return data
+
+    def verify_vllm_limits(self, source: str = "engine settings") -> None:
+        """The cross-field checks vLLM's ``SchedulerConfig`` makes when a server starts.
+
+        Run where a user's settings enter (the CLI); the Python API keeps accepting the tiny
+        engines that unit tests build.
+
+        Raises:
+            ConfigError: ``max_num_batched_tokens < max_num_seqs`` (vLLM: every running sequence
+                must be able to get one token per step), or ``long_prefill_token_threshold``
+                above ``max_model_len``.
+        """
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ConfigError(
+                f"{source}: max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
+                f"greater than or equal to max_num_seqs ({self.max_num_seqs}) (vLLM's rule); "
+                "raise max_num_batched_tokens or lower max_num_seqs"
+            )
+        m = self.max_model_len
+        if m is not None and self.long_prefill_token_threshold > m:
+            raise ConfigError(
+                f"{source}: long_prefill_token_threshold ({self.long_prefill_token_threshold}) "
+                f"must be at most max_model_len ({m})"
+            )
+
+    def check_request_lengths(self, specs: Any, source: str = "the workload") -> None:
+        """Refuses a request longer than ``max_model_len``, with vLLM's messages.
+
+        vLLM rejects a prompt longer than ``max_model_len`` ("The decoder prompt (length N) is
+        longer than the maximum model length of M"), and a request whose prompt and
+        ``max_tokens`` together exceed it (the OpenAI server's "maximum context length").
+        """
+        m = self.max_model_len
+        if m is None:
+            return
+        for spec in specs:
+            p = spec.prompt_len
+            if p > m:
+                raise ConfigError(
+                    f"{source}: request {spec.request_id!r}: The decoder prompt (length {p}) is "
+                    f"longer than the maximum model length of {m}. Make sure that "
+                    "`max_model_len` is no smaller than the number of text tokens."
+                )
+            if p + spec.max_tokens > m:
+                raise ConfigError(
+                    f"{source}: request {spec.request_id!r}: This model's maximum context "
+                    f"length is {m} tokens. However, you requested {p + spec.max_tokens} tokens "
+                    f"({p} in the messages, {spec.max_tokens} in the completion). Please reduce "
+                    "the length of the messages or completion (or raise max_model_len)."
+                )

@@ -24,3 +24,16 @@ class PolicyError(LLMSchedError, RuntimeError):
 
 class CostModelError(LLMSchedError, ValueError):
     """A cost profile is unknown, malformed or cannot be evaluated."""
+
+
+def show(value: object, limit: int = 60) -> str:
+    """A ``repr`` of a bad value for an error message, cut to ``limit`` characters.
+
+    Messages never render an unbounded value: a 10,000-element list (or an alias-expanded YAML
+    value) would bury the field name and, at worst, take minutes to format.
+    """
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > limit:
+        kind = type(value).__name__
+        return f"<{kind} of {len(value):,} items>"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -178,10 +179,20 @@ def simulate(
     specs = [x for x in items if not isinstance(x, Job)]
     jobs = [x for x in items if isinstance(x, Job)]
     if not specs and not jobs:
-        raise ConfigError("the trace holds no requests")
+        if isinstance(trace, (str, Path)):
+            raise ConfigError(
+                f"trace {os.fspath(trace)} holds no requests (an empty file, or only blank "
+                "lines); a trace has one JSON object per line"
+            )
+        raise ConfigError("the workload holds no requests; pass at least one RequestSpec or Job")
     for x in specs:
         if not isinstance(x, RequestSpec):
             raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
+    if cfg.max_model_len is not None:
+        from llmsched_gym.workloads.stats import flatten_requests
+
+        where = f"trace {os.fspath(trace)}" if isinstance(trace, (str, Path)) else "workload"
+        cfg.check_request_lengths(flatten_requests(items), where)
     with gc_paused():  # no reference cycles in the run or its records; see llmsched_gym._gc
         t0 = time.perf_counter()
         with contextlib.ExitStack() as stack:

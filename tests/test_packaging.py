@@ -24,3 +24,32 @@ def test_scenario_specs_are_importable_as_package_data() -> None:
     names = list_scenarios()
     assert names, "no shipped scenarios found under envs/"
     assert {p.stem for p in (ROOT / "envs").glob("*.yaml")} == set(names)
+
+
+def test_data_ships_by_package_data_without_setuptools_warnings() -> None:
+    """Data folders are not packages: include-package-data stays off (else setuptools warns
+    "Package would be ignored" once per folder, ~540 lines on set-up) and the package-data globs
+    cover every shipped data file."""
+    import fnmatch
+    import subprocess
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert tool.get("include-package-data") is False
+    globs = tool["package-data"]["llmsched_gym"]
+    tracked = subprocess.run(
+        ["git", "ls-files", "llmsched_gym"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    data = [p for p in tracked if not p.endswith(".py")]
+    assert data
+    for path in data:
+        rel = path.removeprefix("llmsched_gym/")
+        assert any(
+            fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(rel, g.replace("**/", "")) for g in globs
+        ), f"{path} is not covered by [tool.setuptools.package-data]"
+
+
+def test_setup_prints_one_line_per_stage_with_its_time() -> None:
+    text = (ROOT / "scripts" / "setup.sh").read_text()
+    for name in ("torch", "project", "compiled core"):
+        assert f'stage "{name}"' in text
+    assert "setup.log" in text

@@ -15,29 +15,56 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_gym.backends.vllm._deps import INSTALL_HINT
+from llmsched_gym.cli.common import positive_int
 
 __all__ = ["add_calibrate_vllm_args", "add_validate_parser", "run_calibrate_vllm", "run_validate"]
 
-DEFAULT_CALIBRATION_DIR = "calibration/vllm"
+DEFAULT_CALIBRATION_DIR = "out/calibrate/vllm"
+"""Where ``calibrate --backend vllm`` writes by default (never the committed ``calibration/``)."""
 DEFAULT_PROFILE = "calibration/vllm/profile.yaml"
+"""The committed profile ``validate`` reads by default (read only)."""
+DEFAULT_VALIDATE_DIR = "out/validate"
+"""Where ``validate`` writes by default: ``out/validate/vllm-<trace>[-<scheduler>]``."""
 
 
 def _add_engine_args(parser: argparse.ArgumentParser | Any, prefix: str = "") -> None:
     """Live engine and model settings (vLLM's names; defaults fit a 2-core CPU)."""
     p = f"--{prefix}"
-    parser.add_argument(f"{p}max-num-batched-tokens", type=int, default=512, metavar="N")
-    parser.add_argument(f"{p}max-num-seqs", type=int, default=32, metavar="N")
     parser.add_argument(
-        f"{p}block-size", type=int, default=32, metavar="N", help="KV block size (CPU: x32)"
+        f"{p}max-num-batched-tokens",
+        type=int,
+        default=512,
+        metavar="N",
+        help="token budget of one live engine step (default 512)",
+    )
+    parser.add_argument(
+        f"{p}max-num-seqs",
+        type=int,
+        default=32,
+        metavar="N",
+        help="most running requests (default 32)",
+    )
+    parser.add_argument(
+        f"{p}block-size",
+        type=int,
+        default=32,
+        metavar="N",
+        help="KV block size in tokens; vLLM's CPU backend needs a multiple of 32 (default 32)",
     )
     parser.add_argument(
         f"{p}num-gpu-blocks",
         type=int,
         default=513,
         metavar="N",
-        help="KV blocks including vLLM's null block",
+        help="KV blocks including vLLM's null block (default 513)",
     )
-    parser.add_argument(f"{p}max-model-len", type=int, default=1024, metavar="N")
+    parser.add_argument(
+        f"{p}max-model-len",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="longest request (prompt + output) the live engine accepts (default 1024)",
+    )
     parser.add_argument(
         f"{p}no-prefix-caching", action="store_true", help="disable vLLM's prefix caching"
     )
@@ -47,8 +74,20 @@ def _add_engine_args(parser: argparse.ArgumentParser | Any, prefix: str = "") ->
         metavar="PATH",
         help="a model vLLM can load (default: a tiny Llama with random weights)",
     )
-    parser.add_argument(f"{p}hidden-size", type=int, default=256, metavar="N", help="tiny model")
-    parser.add_argument(f"{p}num-layers", type=int, default=2, metavar="N", help="tiny model")
+    parser.add_argument(
+        f"{p}hidden-size",
+        type=int,
+        default=256,
+        metavar="N",
+        help="hidden size of the tiny random-weight model (default 256)",
+    )
+    parser.add_argument(
+        f"{p}num-layers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="layers of the tiny random-weight model (default 2)",
+    )
     parser.add_argument(
         f"{p}dtype", default=None, help="model dtype (default: float32 on the CPU build)"
     )
@@ -57,7 +96,7 @@ def _add_engine_args(parser: argparse.ArgumentParser | Any, prefix: str = "") ->
         f"{p}timer",
         choices=("wall", "cpu"),
         default="wall",
-        help="step timer: wall clock, or this process's CPU time (shared machines)",
+        help="step timer: wall clock, or this process's CPU time (shared machines; default wall)",
     )
 
 
@@ -96,20 +135,21 @@ def add_calibrate_vllm_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=3,
         metavar="N",
-        help="runs of the probe design; each composition's mean time is one fitting row",
+        help="runs of the probe design; each composition's mean time is one fitting row "
+        "(default 3)",
     )
     g.add_argument(
         "--vllm-grid-scale",
         type=float,
         default=1.0,
         metavar="F",
-        help="thin the probe grid (< 1) for a quick run",
+        help="thin the probe grid (< 1) for a quick run (default 1.0: the whole grid)",
     )
     g.add_argument(
         "--vllm-out",
         default=DEFAULT_CALIBRATION_DIR,
         metavar="DIR",
-        help="where profile.yaml, report.md and steps.csv go",
+        help=f"where profile.yaml, report.md and steps.csv go (default {DEFAULT_CALIBRATION_DIR})",
     )
     _add_engine_args(g, prefix="vllm-")
 
@@ -150,6 +190,37 @@ def run_calibrate_vllm(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_validate_dir(trace: str, scheduler: str) -> str:
+    """``validate``'s output folder when ``--out`` is not given (under ``out/``, git-ignored)."""
+    stem = Path(trace).stem if Path(trace).suffix else trace
+    policy_tag = "" if scheduler == "vllm-v1" else "-" + scheduler.replace(":", "-")
+    return f"{DEFAULT_VALIDATE_DIR}/vllm-{stem}{policy_tag}"
+
+
+def validate_table_text(table: Any) -> str:
+    """The error table as printed: signed errors, (sim - live) / live, in percent."""
+    cols = ["metric", "live_mean", "sim_mean", "mean_error_pct", "signed_error_pct_mean"]
+    cols += ["signed_error_pct_p50", "signed_error_pct_p99"]
+    shown = table[[c for c in cols if c in table.columns]].rename(
+        columns={
+            "mean_error_pct": "error_of_mean_pct",
+            "signed_error_pct_mean": "error_pct_mean",
+            "signed_error_pct_p50": "error_pct_p50",
+            "signed_error_pct_p99": "error_pct_p99",
+        }
+    )
+
+    def signed(x: float) -> str:
+        return "" if x != x else f"{x:+.2f}"
+
+    fmt = {c: signed for c in shown.columns if c.startswith("error")}
+    fmt.update({c: "{:.4g}".format for c in ("live_mean", "sim_mean")})
+    return (
+        shown.to_string(index=False, formatters=fmt, na_rep="")
+        + "\nerrors are signed, (sim - live) / live in percent: + means the simulator is slower"
+    )
+
+
 def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``validate`` subcommand (sets ``func=run_validate``) and return its parser."""
     p = subparsers.add_parser(
@@ -160,21 +231,44 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         "settings, and report per-request TTFT / TPOT / e2e errors (mean, p50, p99), the "
         "step-time error and whether scheduling decisions diverged, as tables and plots.",
     )
-    p.add_argument("--trace", default="splitwise-conv", help="shipped trace name or trace file")
-    p.add_argument("--num-requests", type=int, default=150, metavar="N")
+    p.add_argument(
+        "--trace",
+        default="splitwise-conv",
+        help="shipped trace name or trace file (default splitwise-conv)",
+    )
+    p.add_argument(
+        "--num-requests",
+        type=positive_int,
+        default=150,
+        metavar="N",
+        help="the trace's first N requests (default 150)",
+    )
     p.add_argument(
         "--load",
         type=float,
         default=0.5,
-        help="offered load as a fraction of the profile's simulated capacity",
+        help="offered load as a fraction of the profile's simulated capacity (default 0.5)",
     )
-    p.add_argument("--max-prompt", type=int, default=None, metavar="N")
-    p.add_argument("--max-output", type=int, default=96, metavar="N")
+    p.add_argument(
+        "--max-prompt",
+        type=int,
+        default=None,
+        metavar="N",
+        help="scale prompts to at most N tokens (default: 5/8 of --max-model-len)",
+    )
+    p.add_argument(
+        "--max-output",
+        type=int,
+        default=96,
+        metavar="N",
+        help="scale outputs to at most N tokens (default 96)",
+    )
     p.add_argument(
         "--cost-model",
         default=DEFAULT_PROFILE,
         metavar="PROFILE",
-        help="calibrated profile (path or name); ignored with --calibrate",
+        help=f"calibrated profile (path or name; default {DEFAULT_PROFILE}); ignored with "
+        "--calibrate",
     )
     p.add_argument(
         "--calibrate",
@@ -186,7 +280,8 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int,
         default=2,
         metavar="N",
-        help="with --calibrate: probe-design repeats before each live run (one fit on all)",
+        help="with --calibrate: probe-design repeats before each live run (one fit on all; "
+        "default 2)",
     )
     p.add_argument(
         "--no-interleave",
@@ -206,10 +301,14 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="live runs: the median run's tables are shown, and the simulator's error against "
-        "the mean over the runs (with its 95%% interval) is printed",
+        "the mean over the runs (with its 95%% interval) is printed; over 10%% coefficient of "
+        "variation between runs, no timing verdict is given (default 1)",
     )
     p.add_argument(
-        "--out", default=None, metavar="DIR", help="default: calibration/reports/vllm-<trace>"
+        "--out",
+        default=None,
+        metavar="DIR",
+        help=f"output folder (default {DEFAULT_VALIDATE_DIR}/vllm-<trace>[-<scheduler>])",
     )
     _add_engine_args(p)
     p.set_defaults(func=run_validate)
@@ -221,9 +320,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from llmsched_gym.backends.vllm.validate import run_validation
 
     trace = str(args.trace)
-    stem = Path(trace).stem if Path(trace).suffix else trace
-    policy_tag = "" if args.scheduler == "vllm-v1" else "-" + args.scheduler.replace(":", "-")
-    out = args.out or f"calibration/reports/vllm-{stem}{policy_tag}"
+    out = args.out or default_validate_dir(trace, args.scheduler)
     from llmsched_gym.backends.vllm._deps import vllm_available
 
     if not vllm_available():
@@ -244,9 +341,7 @@ def run_validate(args: argparse.Namespace) -> int:
         out_dir=out,
         scheduler=args.scheduler,
     )
-    cols = ["metric", "live_mean", "sim_mean", "mean_error_pct", "abs_error_pct_mean"]
-    cols += ["abs_error_pct_p50", "abs_error_pct_p99"]
-    print(result.table[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(validate_table_text(result.table))
     d = result.divergence
     print(
         f"schedules: {d['live_steps']} live / {d['sim_steps']} simulated steps; "
@@ -257,6 +352,8 @@ def run_validate(args: argparse.Namespace) -> int:
         )  # fmt: skip
     )
     info = result.info
+    if info.get("noise_verdict"):
+        print(f"no timing verdict: {info['noise_verdict']}")
     if len(info.get("runs", ())) > 1:
         print(
             f"e2e error per live run: {info['runs']} %; against the mean of the "

@@ -11,19 +11,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmsched_gym.cli import common
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.errors import ConfigError, LLMSchedError
 
 DEFAULT_COST_MODEL = "vidur:llama-2-70b@h100-80gb/tp4"
 COMPARE_BATCHED_TOKENS = 16384
 DEFAULT_TRACE = "splitwise-conv"
+COMPARE_SCENARIO = "chat-sharegpt-overload-v0"
+"""``compare``'s default: an overloaded instance, where the schedulers' choices change latency."""
 DEFAULT_SCHEDULERS = ("vllm-v1", "vllm-v0", "sarathi", "static-priority:shortest-prompt")
+
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+"""The ``--block-size`` choices of vLLM's own command line."""
 
 ENGINE_HELP = {
     "max_num_batched_tokens": "token budget of one engine step: prompt, chunk and decode tokens "
     "computed in one batch (vLLM --max-num-batched-tokens; default 8192)",
     "max_num_seqs": "most requests in the running queue at once (vLLM --max-num-seqs; default 256)",
-    "block_size": "tokens per KV-cache block (vLLM --block-size; default 16)",
+    "block_size": "tokens per KV-cache block, one of vLLM's sizes 1, 8, 16, 32, 64, 128 (vLLM "
+    "--block-size; default 16; an --engine-config file may set any size, e.g. for tiny test "
+    "engines)",
     "num_gpu_blocks": "KV-cache blocks including vLLM's reserved null block 0; default: derived "
     "from the cost profile's GPU memory, weights and gpu_memory_utilization=0.9 as vLLM does, "
     "else 8192",
@@ -32,11 +40,13 @@ ENGINE_HELP = {
     "scheduling_policy": "waiting-queue order: fcfs (preempted requests return to the head) or "
     "priority (lower 'priority' first, then arrival; vLLM --scheduling-policy; default fcfs)",
     "long_prefill_token_threshold": "cap on one request's new tokens per step when more than one "
-    "request is running or waiting; 0 disables (vLLM --long-prefill-token-threshold)",
+    "request is running or waiting; 0 disables (vLLM --long-prefill-token-threshold; default 0)",
+    "max_model_len": "longest request in tokens, prompt + max_tokens (vLLM --max-model-len); a "
+    "longer request is refused with vLLM's message; default: no limit",
 }
 
 
-def _add_engine_args(p: argparse.ArgumentParser) -> None:
+def _add_engine_args(p: argparse.ArgumentParser, budget_help: str | None = None) -> None:
     g = p.add_argument_group("engine (vLLM names; flags override --engine-config)")
     g.add_argument(
         "--engine-config",
@@ -51,8 +61,14 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
             )
         elif key == "scheduling_policy":
             g.add_argument(flag, choices=("fcfs", "priority"), default=None, help=ENGINE_HELP[key])
+        elif key == "block_size":  # vLLM's CLI offers these sizes only
+            g.add_argument(
+                flag, type=int, choices=VLLM_BLOCK_SIZES, default=None, metavar="N",
+                help=ENGINE_HELP[key],
+            )  # fmt: skip
         else:
-            g.add_argument(flag, type=int, default=None, metavar="N", help=ENGINE_HELP[key])
+            text = budget_help if key == "max_num_batched_tokens" and budget_help else None
+            g.add_argument(flag, type=int, default=None, metavar="N", help=text or ENGINE_HELP[key])
 
 
 def _engine_settings(args: argparse.Namespace) -> dict:
@@ -63,20 +79,32 @@ def _engine_settings(args: argparse.Namespace) -> dict:
     return data
 
 
-def _add_run_args(p: argparse.ArgumentParser, cost_default: str) -> None:
+def _add_run_args(
+    p: argparse.ArgumentParser,
+    cost_default: str,
+    *,
+    default_scenario: str | None = None,
+    budget_help: str | None = None,
+) -> None:
+    trace_default = (
+        f"default: the scenario {default_scenario}"
+        if default_scenario
+        else f"default {DEFAULT_TRACE} (Azure 2023 conversations, 19,366 requests)"
+    )
     p.add_argument(
         "--trace",
         default=None,
         metavar="FILE|NAME",
         help="a trace-contract JSONL file, or a shipped real trace by name (see 'llmsched-gym "
-        f"list traces'); default {DEFAULT_TRACE} (Azure 2023 conversations, 19,366 requests)",
+        f"list traces'); {trace_default}",
     )
     p.add_argument(
         "--scenario",
         default=None,
         metavar="NAME|FILE",
         help="a scenario spec instead of --trace: its workload, engine settings, cost model, "
-        "scheduler and SLOs (see 'llmsched-gym workloads'); flags given here override them",
+        "scheduler and SLOs (see 'llmsched-gym workloads'); flags given here override them"
+        + (f"; default {default_scenario}" if default_scenario else "; default: none"),
     )
     p.add_argument(
         "--seed",
@@ -95,21 +123,34 @@ def _add_run_args(p: argparse.ArgumentParser, cost_default: str) -> None:
     )
     p.add_argument(
         "--num-requests",
-        type=int,
+        type=common.positive_int,
         default=None,
         metavar="N",
-        help="use only the first N requests of the trace",
+        help="use only the first N requests of the trace (default: all)",
     )
+    common.add_set_argument(p)
+    common.add_json_argument(p)
     p.add_argument(
         "--no-fast-forward",
         dest="fast_forward",
         action="store_false",
-        help="step every iteration one by one (results are identical; slower)",
+        help="step every iteration one by one (results are identical; slower; default: "
+        "fast-forward on)",
     )
     p.add_argument(
-        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
+        "--router",
+        default=None,
+        metavar="NAME",
+        help="router of a cluster scenario's instances (e.g. round-robin, least-load:backlog; "
+        "default: the scenario's)",
     )
-    _add_engine_args(p)
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="hide the progress bar (default: shown on a terminal)",
+    )
+    _add_engine_args(p, budget_help)
 
 
 def _workload(args: argparse.Namespace) -> tuple[Any, dict, Any, str, str]:
@@ -120,25 +161,48 @@ def _workload(args: argparse.Namespace) -> tuple[Any, dict, Any, str, str]:
     """
     scheduler = getattr(args, "scheduler", None)
     if args.scenario is None:
-        if args.seed is not None:
-            raise ConfigError("--seed seeds a scenario's workload; give --scenario too")
+        _no_scenario_flags(args)
         trace = args.trace or DEFAULT_TRACE
         model = args.cost_model or DEFAULT_COST_MODEL
-        return trace, _engine_settings(args), model, scheduler or "vllm-v1", str(trace)
+        settings = _engine_settings(args)
+        EngineConfig.from_dict(settings).verify_vllm_limits()
+        return trace, settings, model, scheduler or "vllm-v1", str(trace)
     if args.trace is not None or args.num_requests is not None:
         raise ConfigError(
             "--scenario sets the workload: drop --trace and --num-requests (copy the scenario "
             "YAML and change its workload to vary it)"
         )
     from llmsched_gym.cost.registry import load_cost_model
-    from llmsched_gym.scenarios import load_scenario
 
-    scenario = load_scenario(args.scenario)
+    scenario = _load_scenario(args)
+    if getattr(args, "router", None) is not None and scenario.cluster is None:
+        raise ConfigError(
+            f"--router: scenario {scenario.name} has no cluster section (one instance, nothing "
+            "to route); drop --router"
+        )
     model = load_cost_model(args.cost_model or scenario.cost_model)
     items = scenario.build_workload(args.seed, cost_model=model)
     settings = {**scenario.engine, **_engine_settings(args)}
-    EngineConfig.from_dict(settings, source=f"scenario {scenario.name} with flags")
+    source = f"scenario {scenario.name} with flags"
+    EngineConfig.from_dict(settings, source=source).verify_vllm_limits(source)
     return items, settings, model, scheduler or scenario.scheduler, scenario.name
+
+
+def _no_scenario_flags(args: argparse.Namespace) -> None:
+    """Refuses the flags that only a scenario gives meaning to."""
+    if args.seed is not None:
+        raise ConfigError("--seed seeds a scenario's workload; give --scenario too")
+    if getattr(args, "overrides", None):
+        raise ConfigError("--set overrides a scenario's fields; give --scenario too")
+    if getattr(args, "router", None) is not None:
+        raise ConfigError("--router routes a cluster scenario's requests; give --scenario too")
+
+
+def _load_scenario(args: argparse.Namespace) -> Any:
+    """The scenario of ``--scenario`` with the ``--set`` overrides applied."""
+    from llmsched_gym.scenarios import load_scenario
+
+    return load_scenario(args.scenario, common.parse_overrides(getattr(args, "overrides", [])))
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -151,60 +215,104 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _simulate_and_write(args: argparse.Namespace) -> int:
     from llmsched_gym.simulation import simulate
 
+    schedule_log = common.check_output_file(args.schedule_log, "--schedule-log")
+    output = common.OutputSet(args.out) if args.out else None
     if args.scenario is not None:
-        from llmsched_gym.scenarios import load_scenario
-
-        scenario = load_scenario(args.scenario)
+        scenario = _load_scenario(args)
         if scenario.cluster is not None:  # many instances: llmsched_gym.cluster
-            return _simulate_cluster_and_write(args, scenario)
+            return _simulate_cluster_and_write(args, scenario, output)
     workload, settings, model, scheduler, _ = _workload(args)
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    result = simulate(
-        workload,
-        settings,
-        scheduler,
-        model,
-        fast_forward=args.fast_forward,
-        schedule_log=args.schedule_log,
-        record_steps=args.record_steps,
-        limit=args.num_requests,
-        progress=args.progress and sys.stderr.isatty(),
-    )
-    if out is not None:
-        suffix = ".parquet" if args.format == "parquet" else ".csv"
-        if suffix == ".csv":  # straight from the numpy columns: no pandas on this path
-            from llmsched_gym.metrics.table import write_table
 
-            write_table(result.request_table, out / "requests.csv")
-        else:
-            from llmsched_gym.metrics.io import write_frame
+    def run() -> Any:
+        return simulate(
+            workload,
+            settings,
+            scheduler,
+            model,
+            fast_forward=args.fast_forward,
+            schedule_log=schedule_log,
+            record_steps=args.record_steps,
+            limit=args.num_requests,
+            progress=args.progress and sys.stderr.isatty(),
+        )
 
-            write_frame(result.requests, out / f"requests{suffix}")
-        if result.steps is not None:
-            from llmsched_gym.metrics.io import write_frame
+    def summary(result: Any) -> dict:
+        return {
+            "scheduler": result.scheduler,
+            "cost_model": result.cost_model,
+            "engine_config": result.config.to_dict(),
+            "summary": {k: _jsonable(v) for k, v in result.summary.items()},
+        }
 
-            write_frame(result.steps, out / f"steps{suffix}")
-        if result.jobs is not None:
-            from llmsched_gym.metrics.io import write_frame
-
-            write_frame(result.jobs, out / f"jobs{suffix}")
-        from llmsched_gym.metrics._atomic import atomic_output
-
-        with atomic_output(out / "summary.json") as tmp:
-            payload = {
-                "scheduler": result.scheduler,
-                "cost_model": result.cost_model,
-                "engine_config": result.config.to_dict(),
-                "summary": {k: _jsonable(v) for k, v in result.summary.items()},
-            }
-            tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    result, payload, written = _run_and_write(output, run, summary, args.format)
+    if args.json:
+        common.print_json({**payload, "out": str(written) if written else None})
+        return 0
     _print_summary(result)
+    if schedule_log is not None:
+        print(f"wrote the schedule log {schedule_log}")
+    if written is not None:
+        print(f"wrote {', '.join(_manifest_files(written))} to {written}/")
     return 0
 
 
-def _simulate_cluster_and_write(args: argparse.Namespace, scenario: Any) -> int:
+def _write_records(output: common.OutputSet, result: Any, fmt: str) -> None:
+    """Writes a run's request, job and step records (and a cluster's instances) into the set."""
+    from llmsched_gym.metrics.io import write_frame
+
+    suffix = ".parquet" if fmt == "parquet" else ".csv"
+    if suffix == ".csv":  # straight from the numpy columns: no pandas on this path
+        from llmsched_gym.metrics.table import write_table
+
+        write_table(result.request_table, output.path("requests.csv"))
+    else:
+        write_frame(result.requests, output.path(f"requests{suffix}"))
+    if result.jobs is not None:
+        write_frame(result.jobs, output.path(f"jobs{suffix}"))
+    instances = getattr(result, "instances", None)
+    if instances is not None:
+        write_frame(instances, output.path(f"instances{suffix}"))
+    if result.steps is not None:
+        steps = result.steps
+        if isinstance(steps, list):  # a cluster: one frame per instance
+            import pandas as pd
+
+            steps = pd.concat(
+                [f.assign(instance_id=i) for i, f in enumerate(steps)], ignore_index=True
+            )
+        write_frame(steps, output.path(f"steps{suffix}"))
+
+
+def _run_and_write(
+    output: common.OutputSet | None, run: Any, summary: Any, fmt: str
+) -> tuple[Any, dict, Path | None]:
+    """Checks ``--out``, runs, and writes the records and summary.json as one set.
+
+    Returns the result, its summary payload and the folder written (None without ``--out``);
+    on an error or Ctrl-C the earlier set in ``--out`` stays as it was.
+    """
+    try:
+        if output is not None:
+            output.prepare()  # before the run: a bad --out fails in a second, not after it
+        result = run()
+        payload = summary(result)
+        if output is None:
+            return result, payload, None
+        _write_records(output, result, fmt)
+        output.path("summary.json").write_text(json.dumps(payload, indent=2) + "\n")
+        return result, payload, output.commit("simulate")
+    finally:
+        if output is not None:
+            output.discard()
+
+
+def _manifest_files(folder: Path) -> list[str]:
+    return json.loads((folder / common.MANIFEST).read_text())["files"]
+
+
+def _simulate_cluster_and_write(
+    args: argparse.Namespace, scenario: Any, output: common.OutputSet | None
+) -> int:
     """``simulate --scenario`` for a scenario with a ``cluster`` section (issue 5).
 
     Writes requests, jobs, instances (per-instance table) and summary.json; engine flags apply
@@ -212,75 +320,65 @@ def _simulate_cluster_and_write(args: argparse.Namespace, scenario: Any) -> int:
     refused.
     """
     from llmsched_gym.cluster import simulate_cluster
-    from llmsched_gym.metrics.io import write_frame
 
     if args.trace is not None or args.num_requests is not None:
         raise ConfigError(
-            "--scenario sets the workload: drop --trace and --num-requests (copy the scenario "
-            "YAML and change its workload to vary it)"
+            "--scenario sets the workload: drop --trace and --num-requests (use --set "
+            "workload.num_requests=N to vary it)"
         )
     if args.cost_model is not None or args.schedule_log is not None:
         raise ConfigError(
             f"scenario {scenario.name} is a cluster: each instance names its cost model and "
             "keeps its own engine; drop --cost-model and --schedule-log (edit the cluster "
-            "section of a copy of the scenario instead)"
+            "section of a copy of the scenario, or use --set cluster.KEY=VALUE)"
         )
-    result = simulate_cluster(
-        scenario,
-        getattr(args, "scheduler", None),
-        seed=args.seed,
-        fast_forward=args.fast_forward,
-        progress=args.progress and sys.stderr.isatty(),
-        record_steps=args.record_steps,
-        engine=_engine_settings(args),
-    )
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        suffix = ".parquet" if args.format == "parquet" else ".csv"
-        if suffix == ".csv":
-            from llmsched_gym.metrics.table import write_table
+    engine = _engine_settings(args)
 
-            write_table(result.request_table, out / "requests.csv")
-        else:
-            write_frame(result.requests, out / f"requests{suffix}")
-        if result.jobs is not None:
-            write_frame(result.jobs, out / f"jobs{suffix}")
-        write_frame(result.instances, out / f"instances{suffix}")
-        if result.steps is not None:
-            import pandas as pd
+    def run() -> Any:
+        return simulate_cluster(
+            scenario,
+            getattr(args, "scheduler", None),
+            seed=args.seed,
+            fast_forward=args.fast_forward,
+            progress=args.progress and sys.stderr.isatty(),
+            record_steps=args.record_steps,
+            router=args.router,
+            engine=engine,
+        )
 
-            steps = [f.assign(instance_id=i) for i, f in enumerate(result.steps)]
-            write_frame(pd.concat(steps, ignore_index=True), out / f"steps{suffix}")
-        from llmsched_gym.metrics._atomic import atomic_output
+    def summary(result: Any) -> dict:
+        return {
+            "scenario": scenario.name,
+            "router": result.router,
+            "instances": [
+                {"name": n, "scheduler": sch, "cost_model": cm, "engine_config": c.to_dict()}
+                for n, sch, cm, c in zip(
+                    result.instances["name"],
+                    result.schedulers,
+                    result.cost_models,
+                    result.configs,
+                    strict=True,
+                )
+            ],
+            "summary": {k: _jsonable(v) for k, v in result.summary.items()},
+        }
 
-        with atomic_output(out / "summary.json") as tmp:
-            payload = {
-                "scenario": scenario.name,
-                "router": result.router,
-                "instances": [
-                    {"name": n, "scheduler": sch, "cost_model": cm, "engine_config": c.to_dict()}
-                    for n, sch, cm, c in zip(
-                        result.instances["name"],
-                        result.schedulers,
-                        result.cost_models,
-                        result.configs,
-                        strict=True,
-                    )
-                ],
-                "summary": {k: _jsonable(v) for k, v in result.summary.items()},
-            }
-            tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    result, payload, written = _run_and_write(output, run, summary, args.format)
+    if args.json:
+        common.print_json({**payload, "out": str(written) if written else None})
+        return 0
     s = result.summary
     print(
         f"{scenario.name} | router {result.router} | {len(result.configs)} instances | "
         f"{s['num_requests']} requests | {result.num_steps} steps "
         f"({result.num_fast_forward_steps} fast-forwarded) | {result.wall_s:.2f} s wall"
     )
-    _print_metrics(s)
+    _print_metrics(s, result.jobs)
     columns = ["name", "role", "gpu", "num_requests", "num_output_tokens", "busy_s",
                "utilization", "output_token_throughput"]  # fmt: skip
-    print(result.instances[columns].to_string(index=False, float_format="{:,.4g}".format))
+    print(_format_frame(result.instances[columns].set_index("name")))
+    if written is not None:
+        print(f"wrote {', '.join(_manifest_files(written))} to {written}/")
     return 0
 
 
@@ -297,15 +395,39 @@ def _jsonable(v):
     return v
 
 
-def _print_metrics(s: dict) -> None:
+def _print_metrics(s: dict, jobs: Any = None) -> None:
+    """The summary's headline metrics, one per line, and the jobs' SLO outcome if they have SLOs."""
     keys = [k for k in _SUMMARY_KEYS if k in s and not (isinstance(s[k], float) and s[k] != s[k])]
+    if s.get("num_jobs") == 0:
+        keys = [k for k in keys if k != "num_jobs"]
     width = max(len(k) for k in keys)
     for k in keys:
-        v = s[k]
-        print(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+        print(f"  {k:<{width}}  {_format_value(k, s[k])}")
+    met = _job_slo_outcome(jobs)
+    if met is not None:
+        print(f"  {'job_slo_met':<{width}}  {met[0]} of {met[1]} jobs with an SLO")
 
 
-def _print_summary(result) -> None:
+def _format_value(key: str, value: Any) -> str:
+    """One format per metric: counts as integers with thousands separators, others to 4 places."""
+    if isinstance(value, (bool, str)) or value is None:
+        return str(value)
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    integral = isinstance(value, int) or kind in ("i", "u")
+    if key.startswith(("num_", "total_")) or integral:
+        return f"{int(value):,d}"
+    return f"{value:,.4f}"
+
+
+def _job_slo_outcome(jobs: Any) -> tuple[int, int] | None:
+    """(jobs that met their end-to-end SLO, jobs with one), or None without job SLOs."""
+    if jobs is None or "slo_met" not in getattr(jobs, "columns", ()):
+        return None
+    met = jobs["slo_met"].dropna()
+    return (int(met.astype(bool).sum()), len(met)) if len(met) else None
+
+
+def _print_summary(result: Any) -> None:
     s = result.summary
     cfg = result.config
     print(
@@ -313,7 +435,7 @@ def _print_summary(result) -> None:
         f"{result.num_steps} steps ({result.num_fast_forward_steps} fast-forwarded) | "
         f"{result.wall_s:.2f} s wall | num_gpu_blocks={cfg.num_gpu_blocks}"
     )
-    _print_metrics(s)
+    _print_metrics(s, result.jobs)
 
 
 _SUMMARY_KEYS = (
@@ -330,6 +452,10 @@ _SUMMARY_KEYS = (
     "e2e_s_mean",
     "e2e_s_p99",
     "goodput",
+    "slo_attainment",
+    "num_jobs",
+    "job_latency_s_mean",
+    "job_latency_s_p99",
     "num_preemptions",
     "prefix_cache_hit_rate",
     "kv_cache_usage_mean",
@@ -337,51 +463,224 @@ _SUMMARY_KEYS = (
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from llmsched_gym.metrics.io import write_frame
     from llmsched_gym.metrics.plots import plot_comparison
-    from llmsched_gym.metrics.summary import compare
     from llmsched_gym.simulation import simulate
     from llmsched_gym.workloads.stats import flatten_requests
     from llmsched_gym.workloads.trace import load_trace
 
-    workload, settings, model, _, label = _workload(args)
-    specs = load_trace(workload, limit=args.num_requests) if isinstance(workload, str) else workload
-    if "max_num_batched_tokens" not in settings:
-        # vllm-v0 cannot chunk a prefill: give every scheduler the same budget, large enough
-        # for the longest prompt of the shipped traces (14,050 tokens), as vLLM V0 required.
-        longest = max(s.prompt_len + s.output_len for s in flatten_requests(specs))
-        settings["max_num_batched_tokens"] = max(COMPARE_BATCHED_TOKENS, longest)
-    results = {}
-    for name in args.schedulers.split(","):
-        res = simulate(
-            specs,
-            settings,
-            name.strip(),
-            model,
-            fast_forward=args.fast_forward,
-            progress=args.progress and sys.stderr.isatty(),
+    if args.scenario is None and args.trace is None:
+        args.scenario = COMPARE_SCENARIO
+        if args.num_requests is not None:  # the default scenario's workload, shortened
+            args.overrides = [*args.overrides, f"workload.num_requests={args.num_requests}"]
+            args.num_requests = None
+    names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--schedulers: give at least one scheduler name, e.g. vllm-v1,sarathi")
+    from llmsched_gym.policies.registry import make_policy
+
+    for name in names:  # unknown names fail now, not after the first runs
+        make_policy(name)
+    output = common.OutputSet(args.out)
+    scenario = _load_scenario(args) if args.scenario is not None else None
+    results: dict[str, Any] = {}
+    try:
+        if scenario is not None and scenario.cluster is not None:
+            from llmsched_gym.cluster import simulate_cluster
+
+            if args.trace is not None or args.num_requests is not None or args.cost_model:
+                raise ConfigError(
+                    f"scenario {scenario.name} is a cluster: drop --trace, --num-requests and "
+                    "--cost-model (use --set to change its workload or instances)"
+                )
+            output.prepare()
+            engine = _engine_settings(args)
+            for name in names:
+                res = simulate_cluster(
+                    scenario, name, seed=args.seed, fast_forward=args.fast_forward,
+                    router=args.router, engine=engine,
+                    progress=args.progress and sys.stderr.isatty(),
+                )  # fmt: skip
+                results[name] = res
+            first = next(iter(results.values()))
+            gpus = sorted(set(first.instances["gpu"]))
+            setting = f"{len(first.configs)} instances ({', '.join(gpus)}), router {first.router}"
+            num_requests = first.summary["num_requests"]
+            label = scenario.name
+        else:
+            if scenario is not None and args.router is not None:
+                raise ConfigError(f"--router: scenario {scenario.name} has no cluster section")
+            workload, settings, model, _, label = _workload(args)
+            specs = (
+                load_trace(workload, limit=args.num_requests)
+                if isinstance(workload, str)
+                else workload
+            )
+            if "max_num_batched_tokens" not in settings:
+                # vllm-v0 cannot chunk a prefill: give every scheduler the same budget, large
+                # enough for the longest request, as vLLM V0 required.
+                longest = max(s.prompt_len + s.output_len for s in flatten_requests(specs))
+                settings["max_num_batched_tokens"] = max(COMPARE_BATCHED_TOKENS, longest)
+            output.prepare()
+            for name in names:
+                res = simulate(
+                    specs, settings, name, model, fast_forward=args.fast_forward,
+                    progress=args.progress and sys.stderr.isatty(),
+                )  # fmt: skip
+                if not args.json:
+                    print(
+                        f"  {res.scheduler}: {res.num_steps} steps in {res.wall_s:.2f} s wall",
+                        file=sys.stderr,
+                    )
+                results[res.scheduler] = res
+            first = next(iter(results.values()))
+            cfg = first.config
+            setting = (
+                f"{first.cost_model}, max_num_batched_tokens={cfg.max_num_batched_tokens}, "
+                f"num_gpu_blocks={cfg.num_gpu_blocks}"
+            )
+            num_requests = first.summary["num_requests"]
+        paper = scenario.paper if scenario is not None else None
+        table = _comparison_table(results, paper)
+        story = _comparison_story(table, first.summary)
+        title = f"{label} ({num_requests:,} requests) on {setting}"
+        table.reset_index().to_csv(output.path("comparison.csv"), index=False)
+        import textwrap
+
+        plot_comparison(
+            {  # identical runs share a curve: the legend says so
+                (f"{k} (= {table.loc[k, 'same_as']})" if table.loc[k, "same_as"] else k): r.requests
+                for k, r in results.items()
+            },
+            output.path("comparison.png"),
+            title="\n".join(textwrap.wrap(title, 110) + textwrap.wrap(story, 110)),
         )
-        print(
-            f"  {res.scheduler}: {res.num_steps} steps in {res.wall_s:.2f} s wall", file=sys.stderr
+        written = output.commit("compare")
+    finally:
+        output.discard()
+    if args.json:
+        common.print_json(
+            {
+                "workload": label,
+                "setting": setting,
+                "story": story,
+                "out": str(written),
+                "rows": table.reset_index().to_dict(orient="records"),
+            }  # fmt: skip
         )
-        results[res.scheduler] = res
-    table = compare({k: r.summary for k, r in results.items()})
-    table = table.dropna(axis=1, how="all")  # e.g. goodput when the trace sets no SLOs
+        return 0
+    print(title)
+    shown = [
+        c
+        for c in table.columns
+        if c not in _CSV_ONLY and not (c == "prefix_cache_hit_rate" and not table[c].any())
+    ]
+    print(_format_frame(table[shown].rename_axis(None)))
+    print(story)
+    print(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
+    return 0
+
+
+_COMPARE_KEYS = (
+    "request_throughput",
+    "output_token_throughput",
+    "ttft_s_mean",
+    "ttft_s_p99",
+    "tpot_s_mean",
+    "tpot_s_p99",
+    "e2e_s_mean",
+    "e2e_s_p99",
+    "goodput",
+    "slo_attainment",
+    "num_preemptions",
+    "prefix_cache_hit_rate",
+)
+
+_CSV_ONLY = ("output_token_throughput", "ttft_s_p50", "tpot_s_p99", "goodput")
+"""Columns kept in comparison.csv but left out of the console table (to fit 160 columns)."""
+
+_PAPER_METRICS = {
+    "relserve": ("job_latency_s_mean", "job_latency_s_p99"),
+    "hexgen-text2sql": ("job_latency_s_mean", "job_slo_attainment"),
+    "proserve": ("tdg_ratio",),
+    "infermax": ("duration_s",),
+}
+"""Each paper's own headline metric, shown beside the default columns (RelServe: relQuery
+latency; HexGen-Text2SQL: workflow SLO attainment; ProServe: token-level TDG ratio;
+InferMax: the makespan of an offline batch)."""
+
+
+def _comparison_table(results: dict[str, Any], paper: str | None) -> Any:
+    """One row per scheduler: the default metrics, the scenario's own, and ``same_as``."""
+    import numpy as np
     import pandas as pd
 
-    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
-        print(
-            f"workload {label} ({sum(1 for _ in flatten_requests(specs))} requests), cost model "
-            f"{next(iter(results.values())).cost_model}, "
-            f"num_gpu_blocks={next(iter(results.values())).config.num_gpu_blocks}"
+    from llmsched_gym.metrics.tdg import tdg_uniform
+
+    rows = {}
+    for name, res in results.items():
+        row = {k: res.summary.get(k) for k in _COMPARE_KEYS}
+        for key in _PAPER_METRICS.get(paper, ()):
+            if key == "tdg_ratio":
+                gain, ideal = tdg_uniform(res.request_table)
+                total = float(np.nansum(ideal))
+                row[key] = float(np.nansum(gain)) / total if total > 0 else float("nan")
+            elif key == "job_slo_attainment":
+                met = _job_slo_outcome(res.jobs)
+                row[key] = met[0] / met[1] if met else float("nan")
+            else:
+                row[key] = res.summary.get(key)
+        rows[name] = row
+    table = pd.DataFrame.from_dict(rows, orient="index").dropna(axis=1, how="all")
+    table.index.name = "scheduler"
+    # Identical rows (vllm-v1 and sarathi are both Sarathi-style chunked schedulers) are marked,
+    # so that equal numbers read as a finding rather than as a bug.
+    signatures = {
+        name: tuple(np.round(np.asarray(r.request_table["e2e_s"], dtype=float), 9).tolist())
+        for name, r in results.items()
+    }
+    same = []
+    for i, name in enumerate(results):
+        twin = next((o for o in list(results)[:i] if signatures[o] == signatures[name]), "")
+        same.append(twin)
+    table["same_as"] = same
+    return table
+
+
+def _comparison_story(table: Any, base_summary: dict) -> str:
+    """One line on why the rows differ (or why they do not)."""
+    import math
+
+    names = list(table.index)
+    base = names[0]
+    distinct = [n for n in names[1:] if not table.loc[n, "same_as"]]
+    if not distinct:
+        return (
+            "Every scheduler gives the same schedule: no queue builds at this load, so the "
+            f"order of waiting requests never matters (try --scenario {COMPARE_SCENARIO})."
         )
-        print(table.to_string())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_frame(table.reset_index(), out / "comparison.csv")
-    plot_comparison({k: r.requests for k, r in results.items()}, out / "comparison.png")
-    print(f"wrote {out / 'comparison.csv'} and {out / 'comparison.png'}")
-    return 0
+    b_mean, b_p99 = table.loc[base, "e2e_s_mean"], table.loc[base, "e2e_s_p99"]
+
+    def change(n: str, key: str, ref: float) -> float:
+        return table.loc[n, key] / ref - 1 if ref else math.nan
+
+    star = max(distinct, key=lambda n: abs(change(n, "e2e_s_mean", b_mean)))
+    ttft = base_summary.get("ttft_s_mean", math.nan)
+    return (
+        f"Rows differ because requests queue (mean TTFT {ttft:.1f} s under {base}), so the "
+        f"order of the waiting queue decides who waits: {star} changes mean e2e latency by "
+        f"{change(star, 'e2e_s_mean', b_mean):+.0%} and p99 by "
+        f"{change(star, 'e2e_s_p99', b_p99):+.0%} against {base}."
+    )
+
+
+def _format_frame(table: Any) -> str:
+    """A table as text with one number format per column (see ``_format_value``)."""
+    formatters = {
+        c: (lambda v, c=c: _format_value(c, v))
+        for c in table.columns
+        if table[c].dtype.kind in "fiu"
+    }
+    return table.to_string(formatters=formatters)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -410,12 +709,72 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for k, v in list_traces().items():
             print(f"  {k:<24} {v}")
     if args.what in ("profiles", "all"):
+        from llmsched_gym.cost.hardware import list_gpus, list_models
         from llmsched_gym.cost.registry import list_profiles
 
-        print("cost profiles:")
+        print(
+            "cost profiles (--cost-model NAME): fitted linear models of one engine step's time "
+            "over batch features, from real operator timings (vidur:*) or from "
+            "'llmsched-gym calibrate' (torch:*):"
+        )
         for k in list_profiles():
             print(f"  {k}")
+        print(
+            "roofline profiles (--cost-model roofline:<model>@<gpu>[/tp<N>]): analytic, from "
+            "datasheet FLOPs and memory bandwidth, for any pair of"
+        )
+        print(f"  models: {', '.join(list_models())}")
+        print(f"  GPUs:   {', '.join(list_gpus())}")
+        print("constant:SECONDS: every step costs SECONDS (for tests and oracles)")
     return 0
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    """Lists the registered Gymnasium ids with their task, scenario and spaces."""
+    import gymnasium as gym
+
+    import llmsched_gym  # noqa: F401 - registers the ids
+    from llmsched_gym.envs.registration import _pairs, env_id
+
+    rows = []
+    for task, scenario, _ in _pairs():
+        eid = env_id(task, scenario)
+        env = gym.make(eid)
+        try:
+            rows.append(
+                {
+                    "id": eid,
+                    "task": task,
+                    "scenario": scenario,
+                    "observation_space": _space_text(env.observation_space),
+                    "action_space": _space_text(env.action_space),
+                }
+            )
+        finally:
+            env.close()
+    if args.json:
+        common.print_json(rows)
+        return 0
+    print(f"{len(rows)} environments (gym.make(ID); 'import llmsched_gym' registers them):")
+    width = max(len(r["id"]) for r in rows)
+    for r in rows:
+        print(f"  {r['id']:<{width}}  {r['task']:<9} {r['scenario']}")
+        print(f"  {'':<{width}}  observation {r['observation_space']}; action {r['action_space']}")
+    return 0
+
+
+def _space_text(space: Any) -> str:
+    """A one-line summary of a Gymnasium space: kind and shape, sub-spaces by name."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return "Dict(" + ", ".join(f"{k}: {_space_text(v)}" for k, v in space.items()) + ")"
+    if isinstance(space, spaces.Discrete):
+        return f"Discrete({space.n})"
+    if isinstance(space, spaces.MultiBinary):
+        return f"MultiBinary({space.n})"
+    shape = "x".join(str(d) for d in getattr(space, "shape", ()) or ())
+    return f"{type(space).__name__}({shape})"
 
 
 def _cmd_workloads(args: argparse.Namespace) -> int:
@@ -442,8 +801,6 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def _show_workload(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from llmsched_gym.workloads.catalog import list_traces
     from llmsched_gym.workloads.stats import (
         flatten_requests,
@@ -454,15 +811,18 @@ def _show_workload(args: argparse.Namespace) -> int:
 
     if args.name is None:
         raise ConfigError("workloads show needs a NAME: a shipped trace, a scenario or a file")
+    common.check_output_file(args.plot, "--plot")
     name = args.name
     if name in list_traces() or (name.endswith(".jsonl") and Path(name).is_file()):
         from llmsched_gym.workloads.trace import load_trace
 
+        if args.overrides:
+            raise ConfigError(f"--set overrides a scenario's fields; {name} is a trace")
         items, label = list(load_trace(name)), f"trace {name}"
     else:
         from llmsched_gym.scenarios import load_scenario
 
-        scenario = load_scenario(name)
+        scenario = load_scenario(name, common.parse_overrides(args.overrides))
         items = scenario.build_workload(args.seed)
         label = (
             f"scenario {scenario.name} (seed {scenario.seed if args.seed is None else args.seed})"
@@ -472,8 +832,9 @@ def _show_workload(args: argparse.Namespace) -> int:
         raise ConfigError(f"{label} has no requests")
     stats = {**workload_stats(specs), **job_stats(items)}
     print(label)
-    with pd.option_context("display.float_format", "{:,.4g}".format):
-        print(pd.Series(stats, dtype=object).to_string())
+    width = max(len(k) for k in stats)
+    for key, value in stats.items():
+        print(f"{key:<{width}}  {_format_value(key, value):>14}")
     if args.plot:
         path = plot_length_histogram(specs, args.plot, title=label)
         print(f"wrote {path}")
@@ -525,12 +886,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
+    from llmsched_gym import __version__
     from llmsched_gym.policies.registry import list_policies
 
     parser = argparse.ArgumentParser(
         prog="llmsched-gym",
         description="A vLLM-exact discrete-event simulator and gym for LLM-serving scheduling.",
     )
+    parser.add_argument("--version", action="version", version=f"llmsched-gym {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sched_help = (
         "local scheduler: "
@@ -547,7 +910,9 @@ def build_parser() -> argparse.ArgumentParser:
         "num_free_blocks, num_running, num_waiting).",
     )
     _add_run_args(p, DEFAULT_COST_MODEL)
-    p.add_argument("--scheduler", default="vllm-v1", metavar="NAME", help=sched_help)
+    p.add_argument(
+        "--scheduler", default="vllm-v1", metavar="NAME", help=f"default vllm-v1; {sched_help}"
+    )
     p.add_argument(
         "--schedule-log", metavar="FILE", help="write the per-step schedule log (JSONL) here"
     )
@@ -557,20 +922,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--record-steps", action="store_true", help="also record per-step rows (KV usage over time)"
     )
-    p.add_argument("--format", choices=("csv", "parquet"), default="csv", help="record file format")
+    p.add_argument(
+        "--format",
+        choices=("csv", "parquet"),
+        default="csv",
+        help="record file format (default csv)",
+    )
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser(
         "compare",
-        help="simulate one trace under several schedulers; print a table and write a plot",
-        description="The main job: run the built-in schedulers on a real shipped trace, print a "
-        "comparison table, and write comparison.csv and comparison.png. Unless set, "
-        f"max_num_batched_tokens is {COMPARE_BATCHED_TOKENS} (or the longest request) for every "
-        "scheduler, because vllm-v0 cannot chunk prefills.",
+        help="run one workload under several schedulers; print a table and write a plot",
+        description=f"The main job: run the built-in schedulers on {COMPARE_SCENARIO} (1,000 "
+        "ShareGPT conversations at 2.5x the instance's capacity, where the schedulers' choices "
+        "change latency), print a comparison table with one line on why the rows differ, and "
+        "write comparison.csv and comparison.png. --trace splitwise-conv runs the Azure 2023 "
+        "conversation trace instead (below capacity: every scheduler ties). Cluster scenarios "
+        "run as clusters (--router picks the router).",
     )
-    _add_run_args(p, DEFAULT_COST_MODEL)
+    _add_run_args(
+        p,
+        DEFAULT_COST_MODEL,
+        default_scenario=COMPARE_SCENARIO,
+        budget_help="token budget of one engine step, the same for every scheduler (vLLM "
+        "--max-num-batched-tokens); default: the scenario's, else "
+        f"{COMPARE_BATCHED_TOKENS} or the longest request, because vllm-v0 cannot chunk prefills",
+    )
     p.add_argument(
-        "--schedulers", default=",".join(DEFAULT_SCHEDULERS), metavar="A,B,...", help=sched_help
+        "--schedulers",
+        default=",".join(DEFAULT_SCHEDULERS),
+        metavar="A,B,...",
+        help=f"comma-separated schedulers (default {','.join(DEFAULT_SCHEDULERS)}); {sched_help}",
     )
     p.add_argument(
         "--out", default="out/compare", metavar="DIR", help="output folder (default out/compare)"
@@ -600,10 +982,19 @@ def build_parser() -> argparse.ArgumentParser:
         "rates, prompt/output length percentiles, prefix-sharing ratio, jobs) of a trace, "
         "scenario or trace file, and optionally a length histogram.",
     )
-    p.add_argument("action", nargs="?", default="list", choices=("list", "show"))
+    p.add_argument(
+        "action",
+        nargs="?",
+        default="list",
+        choices=("list", "show"),
+        help="list everything, or show one NAME's statistics (default list)",
+    )
     p.add_argument("name", nargs="?", default=None, metavar="NAME", help="trace or scenario")
     p.add_argument("--plot", metavar="FILE", help="write a prompt/output length histogram here")
-    p.add_argument("--seed", type=int, default=None, help="seed of a scenario's generator")
+    p.add_argument(
+        "--seed", type=int, default=None, help="seed of a scenario's generator (default: its own)"
+    )
+    common.add_set_argument(p)
     p.set_defaults(func=_cmd_workloads)
 
     p = sub.add_parser(
@@ -615,12 +1006,18 @@ def build_parser() -> argparse.ArgumentParser:
             "(options --vllm-*). --backend torch: build a Llama-style model from its config with "
             "random weights, time its operators and whole engine steps over a designed grid "
             "(CUDA graphs and events on a GPU, perf_counter on a CPU), fit the linear cost "
-            "profile on 80%% of the measured steps, and report the held-out error by batch kind "
+            "profile on 80% of the measured steps, and report the held-out error by batch kind "
             "and token range, with a plot. --from DIR refits existing measurements "
             "(operators.csv, steps.csv, meta.json) without torch."
         ),
     )
-    p.add_argument("--backend", choices=("torch", "vllm"), default="torch", help="what to measure")
+    p.add_argument(
+        "--backend",
+        choices=("torch", "vllm"),
+        default="torch",
+        help="what to measure: a random-weight model's operators with PyTorch, or a live vLLM "
+        "engine (default torch)",
+    )
     from llmsched_gym.cli import live as live_cli
     from llmsched_gym.cost import torch_profile
 
@@ -633,7 +1030,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="fit these measurement folders instead of measuring (repeatable)",
     )
-    p.add_argument("--out", default="out/calibrate", metavar="DIR", help="output folder")
+    p.add_argument(
+        "--out",
+        default="out/calibrate",
+        metavar="DIR",
+        help="output folder (default out/calibrate)",
+    )
     p.add_argument("--profile-dir", metavar="DIR", help="write the profile YAML here instead")
     p.add_argument("--report-dir", metavar="DIR", help="write the report and plot here instead")
     p.add_argument(
@@ -641,13 +1043,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="Vidur's data/profiling folder, to cross-check operator times in the report",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the train / held-out split")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the train / held-out split (default 0)"
+    )
     p.set_defaults(func=_cmd_calibrate)
     live_cli.add_validate_parser(sub)
 
+    p = sub.add_parser(
+        "envs",
+        help="list the registered Gymnasium environment ids with task, scenario and spaces",
+    )
+    common.add_json_argument(p)
+    p.set_defaults(func=_cmd_envs)
+
     p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
     p.add_argument(
-        "what", nargs="?", default="all", choices=("all", "traces", "schedulers", "profiles")
+        "what",
+        nargs="?",
+        default="all",
+        choices=("all", "traces", "schedulers", "profiles"),
+        help="what to list (default all)",
     )
     p.set_defaults(func=_cmd_list)
 
@@ -669,6 +1084,19 @@ def main(argv: list[str] | None = None) -> int:
     except (LLMSchedError, FileNotFoundError) as exc:
         print(f"llmsched-gym {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. piped into head: the reader has gone, so say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # e.g. the disk filled up while writing: say what and where, in a line
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"llmsched-gym {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        # Output sets are swapped in only when complete: an interruption leaves the old one.
+        print(f"llmsched-gym {args.command}: interrupted; no output written", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmsched_gym.config import EngineConfig
-from llmsched_gym.errors import ConfigError, CostModelError
+from llmsched_gym.errors import ConfigError, CostModelError, show
 
 __all__ = ["INSTANCE_KEYS", "PD_KEYS", "instance_specs", "validate_cluster"]
 
@@ -44,13 +44,13 @@ def validate_cluster(data: Any, where: str) -> dict[str, Any]:
     from llmsched_gym.policies.registry import list_policies
 
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with 'instances', got {data!r}")
+        raise ConfigError(f"{where}: expected a mapping with 'instances', got {show(data)}")
     unknown = sorted(set(data) - set(_CLUSTER_KEYS))
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {unknown}; allowed: {list(_CLUSTER_KEYS)}")
     router = data.get("router", "round-robin")
     if not isinstance(router, str):
-        raise ConfigError(f"{where}.router must be a router name, got {router!r}")
+        raise ConfigError(f"{where}.router must be a router name, got {show(router)}")
     try:
         make_router(router)
     except ConfigError as err:
@@ -58,7 +58,7 @@ def validate_cluster(data: Any, where: str) -> dict[str, Any]:
     groups = data.get("instances")
     if not isinstance(groups, list) or not groups:
         raise ConfigError(
-            f"{where}.instances must be a non-empty list of instance groups, got {groups!r} "
+            f"{where}.instances must be a non-empty list of instance groups, got {show(groups)} "
             "(a cluster needs at least one instance)"
         )
     out_groups: list[dict[str, Any]] = []
@@ -67,7 +67,7 @@ def validate_cluster(data: Any, where: str) -> dict[str, Any]:
     for k, group in enumerate(groups):
         at = f"{where}.instances[{k}]"
         if not isinstance(group, Mapping):
-            raise ConfigError(f"{at}: expected a mapping, got {group!r}")
+            raise ConfigError(f"{at}: expected a mapping, got {show(group)}")
         unknown = sorted(set(group) - set(INSTANCE_KEYS))
         if unknown:
             raise ConfigError(f"{at}: unknown field(s) {unknown}; allowed: {list(INSTANCE_KEYS)}")
@@ -76,10 +76,10 @@ def validate_cluster(data: Any, where: str) -> dict[str, Any]:
             raise ConfigError(f"{at}.name must be a non-empty string, got {name!r}")
         count = group.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ConfigError(f"{at}.count must be an integer >= 1, got {count!r}")
+            raise ConfigError(f"{at}.count must be an integer >= 1, got {show(count)}")
         role = group.get("role", "both")
         if role not in ROLES:
-            raise ConfigError(f"{at}.role must be one of {list(ROLES)}, got {role!r}")
+            raise ConfigError(f"{at}.role must be one of {list(ROLES)}, got {show(role)}")
         out: dict[str, Any] = {"name": name, "count": count, "role": role}
         if "cost_model" in group:
             spec = group["cost_model"]
@@ -93,14 +93,14 @@ def validate_cluster(data: Any, where: str) -> dict[str, Any]:
         if "engine" in group:
             engine = group["engine"]
             if not isinstance(engine, Mapping):
-                raise ConfigError(f"{at}.engine must be a mapping, got {engine!r}")
+                raise ConfigError(f"{at}.engine must be a mapping, got {show(engine)}")
             EngineConfig.from_dict(dict(engine), source=f"{at}.engine")
             out["engine"] = dict(engine)
         if "scheduler" in group:
             scheduler = group["scheduler"]
             if scheduler not in list_policies():
                 raise ConfigError(
-                    f"{at}.scheduler must be one of {list(list_policies())}, got {scheduler!r}"
+                    f"{at}.scheduler must be one of {list(list_policies())}, got {show(scheduler)}"
                 )
             out["scheduler"] = scheduler
         for n in _expand_names(name, count):

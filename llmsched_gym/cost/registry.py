@@ -42,7 +42,7 @@ from llmsched_gym.cost.base import (
 from llmsched_gym.cost.capacity import MemoryOverheads, num_gpu_blocks
 from llmsched_gym.cost.hardware import list_gpus, list_models, resolve_gpu, resolve_model
 from llmsched_gym.cost.roofline import RooflineCostModel
-from llmsched_gym.errors import CostModelError
+from llmsched_gym.errors import CostModelError, show
 
 __all__ = [
     "ProfileInfo",
@@ -223,7 +223,7 @@ def _parse_profile(doc: Any, where: str) -> ProfiledLinearCostModel:
             f"{where}: unknown keys {sorted(unknown)}; allowed keys are {sorted(_PROFILE_KEYS)}"
         )
     if doc.get("kind") != "linear":
-        raise CostModelError(f"{where}: kind must be 'linear', got {doc.get('kind')!r}")
+        raise CostModelError(f"{where}: kind must be 'linear', got {show(doc.get('kind'))}")
     coef = doc.get("coefficients")
     expected = set(LinearCostModel.COEFFICIENTS)
     extra = set(ExtendedLinearCostModel.EXTRA_COEFFICIENTS)
@@ -239,11 +239,11 @@ def _parse_profile(doc: Any, where: str) -> ProfiledLinearCostModel:
     ):
         raise CostModelError(
             f"{where}: terms must map some of {list(ExtendedLinearCostModel.TERMS)} to integers, "
-            f"got {terms!r}"
+            f"got {show(terms)}"
         )
     for key, value in coef.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise CostModelError(f"{where}: coefficients.{key} must be a number, got {value!r}")
+            raise CostModelError(f"{where}: coefficients.{key} must be a number, got {show(value)}")
     model = doc.get("model")
     gpu = doc.get("gpu")
     tp = doc.get("tp")
@@ -252,7 +252,7 @@ def _parse_profile(doc: Any, where: str) -> ProfiledLinearCostModel:
     if gpu is not None:
         gpu = resolve_gpu(str(gpu))
     if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
-        raise CostModelError(f"{where}: tp must be a positive integer, got {tp!r}")
+        raise CostModelError(f"{where}: tp must be a positive integer, got {show(tp)}")
     name = str(doc.get("name") or where)
     try:
         if terms is not None or set(coef) & extra:

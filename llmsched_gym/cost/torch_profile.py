@@ -1099,9 +1099,24 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed repeats per point")
     p.add_argument("--warmup", type=int, default=None, help="untimed runs per point")
     p.add_argument("--num-layers", type=int, default=None, help="layers to run (default: all)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None)
-    p.add_argument("--max-num-seqs", type=int, default=None)
-    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="largest step of the measured grid in tokens (default: the grid's, by device)",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="largest batch of the measured grid (default: the grid's, by device)",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="longest context of the measured grid (default: the grid's, by device)",
+    )
     p.add_argument("--no-cuda-graphs", action="store_true", help="time eagerly on a GPU")
     p.add_argument(
         "--no-compile", action="store_true", help="do not fuse element-wise ops with torch.compile"

@@ -305,7 +305,10 @@ class SlideBatchingPolicy(SchedulingPolicy):
         admit_ok = True
         xmix = self.memory == "xllm-mix"
         for r in order:
-            if t_batch >= t_budget or ctx.token_budget <= 0:
+            # The first request always gets its chance: when one step's fixed cost t_c alone
+            # exceeds t_budget (steps of >= eta = 0.65 x TPOT SLO, e.g. 0.05 s steps for a late
+            # one-token request), breaking here would schedule nothing, forever.
+            if (t_batch >= t_budget and t_batch > est.t_c) or ctx.token_budget <= 0:
                 break
             if r.status is not RequestStatus.RUNNING and r not in ctx.waiting:
                 continue  # preempted earlier in this step

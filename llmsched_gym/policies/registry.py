@@ -54,7 +54,7 @@ def _register_infermax(register: Callable[..., None]) -> None:
             lambda _p=preset, **kw: make_infermax_policy(_p, **kw),
             PRESET_HELP[base]
             + (" + eviction-free I+O-1 reservation" if preset.endswith("-ef") else "")
-            + (" (oracle)" if cfg.oracle else ""),
+            + (" (oracle)" if cfg.oracle and "(oracle)" not in PRESET_HELP[base] else ""),
         )
 
 

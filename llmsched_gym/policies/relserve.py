@@ -67,7 +67,7 @@ import numpy as np
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
 from llmsched_gym.core.request import Request
-from llmsched_gym.errors import ConfigError, PolicyError
+from llmsched_gym.errors import ConfigError, LLMSchedError, PolicyError
 from llmsched_gym.policies.baselines import (
     BLOCK_MANAGERS,
     VllmV0Policy,
@@ -166,9 +166,27 @@ def default_predictors(cost_model: Any, config: EngineConfig) -> LatencyPredicto
         from llmsched_gym.workloads.relquery import relquery_jobs
 
         mml = min(8192, config.max_num_batched_tokens)
-        jobs = relquery_jobs("all", 30, 1.0, seed=0, max_model_len=mml)
-        res = simulate(jobs, config, VllmSPPolicy(), cost_model, record_steps=True)
-        _FIT_CACHE[key] = fit_latency_predictors(res)
+        # On a KV cache smaller than the longest calibration request, the requests are capped
+        # at what the cache holds (on larger ones the workload is unchanged).
+        kv_tokens = (config.num_gpu_blocks - 1) * config.block_size
+        try:
+            try:
+                jobs = relquery_jobs("all", 30, 1.0, seed=0, max_model_len=mml)
+                res = simulate(jobs, config, VllmSPPolicy(), cost_model, record_steps=True)
+            except LLMSchedError:
+                if kv_tokens >= mml:
+                    raise
+                jobs = relquery_jobs("all", 30, 1.0, seed=0, max_model_len=kv_tokens)
+                res = simulate(jobs, config, VllmSPPolicy(), cost_model, record_steps=True)
+            _FIT_CACHE[key] = fit_latency_predictors(res)
+        except LLMSchedError as exc:
+            raise ConfigError(
+                "relserve fits its latency predictors (Eq. 9) on an internal calibration run "
+                "(30 relQueries of its own, ids rq*, under vllm-sp on this engine); that run "
+                f"failed, so none of these requests is yours: {exc}. Give the engine more KV "
+                "blocks (num_gpu_blocks) or a larger max_num_batched_tokens, or pass predictors "
+                "fitted on your workload (RelServePolicy(predictors=...))"
+            ) from None
     return _FIT_CACHE[key]
 
 

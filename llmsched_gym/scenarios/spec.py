@@ -32,7 +32,7 @@ from llmsched_gym import _yaml
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import RequestSpec
-from llmsched_gym.errors import ConfigError
+from llmsched_gym.errors import ConfigError, LLMSchedError, show
 
 __all__ = [
     "WORKLOAD_KINDS",
@@ -70,13 +70,13 @@ class Param:
         )
         if not ok_type:
             names = " or ".join(t.__name__ for t in self.types)
-            raise ConfigError(f"{where} must be {names}, got {value!r}")
+            raise ConfigError(f"{where} must be {names}, got {show(value)}")
         if float in self.types and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{where} must be finite, got {value!r}")
+            raise ConfigError(f"{where} must be finite, got {show(value)}")
         if self.check is not None and not self.check(value):
-            raise ConfigError(f"{where} must be {self.rule}, got {value!r}")
+            raise ConfigError(f"{where} must be {self.rule}, got {show(value)}")
         return value
 
 
@@ -139,25 +139,27 @@ class Scenario:
             )
         desc = data["description"]
         if not isinstance(desc, str) or not desc.strip():
-            raise ConfigError(f"{where}: description must be a non-empty string, got {desc!r}")
+            raise ConfigError(f"{where}: description must be a non-empty string, got {show(desc)}")
         paper = data.get("paper")
         if paper is not None and paper not in PAPERS:
             raise ConfigError(
-                f"{where}: paper must be one of {list(PAPERS)} or null, got {paper!r}"
+                f"{where}: paper must be one of {list(PAPERS)} or null, got {show(paper)}"
             )
         seed = data.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(f"{where}: seed must be an integer >= 0, got {seed!r}")
+            raise ConfigError(f"{where}: seed must be an integer >= 0, got {show(seed)}")
         for key in ("cost_model", "scheduler"):
             if key in data and (not isinstance(data[key], str) or not data[key]):
-                raise ConfigError(f"{where}: {key} must be a non-empty string, got {data[key]!r}")
+                raise ConfigError(
+                    f"{where}: {key} must be a non-empty string, got {show(data[key])}"
+                )
         engine = data.get("engine") or {}
         if not isinstance(engine, dict):
-            raise ConfigError(f"{where}: engine must be a mapping, got {engine!r}")
+            raise ConfigError(f"{where}: engine must be a mapping, got {show(engine)}")
         EngineConfig.from_dict(dict(engine), source=f"{where}: engine")
         slo = data.get("slo") or {}
         if not isinstance(slo, dict):
-            raise ConfigError(f"{where}: slo must be a mapping, got {slo!r}")
+            raise ConfigError(f"{where}: slo must be a mapping, got {show(slo)}")
         for key, value in slo.items():
             if key not in SLO_KEYS:
                 raise ConfigError(f"{where}: unknown slo field {key!r}; allowed: {list(SLO_KEYS)}")
@@ -234,7 +236,12 @@ class Scenario:
             cost_model = load_cost_model(self.cost_model)
         kind = WORKLOAD_KINDS[self.workload["kind"]]
         params = {k: v for k, v in self.workload.items() if k != "kind"}
-        items = kind.build(params, self.seed if seed is None else seed, cost_model)
+        try:
+            items = kind.build(params, self.seed if seed is None else seed, cost_model)
+        except LLMSchedError:
+            raise
+        except ValueError as exc:  # a generator's own check of a parameter value
+            raise ConfigError(f"scenario {self.name}: workload: {exc}") from None
         return stamp_slos(items, self.slo)
 
     def simulate(
@@ -298,7 +305,7 @@ def validate_workload(data: Any, where: str) -> dict[str, Any]:
     """Check a workload mapping against its kind's parameters; fill defaults."""
     _ensure_kinds()
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping with a 'kind', got {data!r}")
+        raise ConfigError(f"{where}: expected a mapping with a 'kind', got {show(data)}")
     kind_name = data.get("kind")
     if kind_name not in WORKLOAD_KINDS:
         raise ConfigError(
@@ -362,6 +369,16 @@ def load_scenario(name_or_path: str | Path, overrides: Mapping[str, Any] | None 
         except OSError as exc:
             raise ConfigError(f"cannot read scenario {text_path}: {exc.strerror}") from None
         scenario = _read(text, str(text_path))
+        stem = text_path.name.rsplit(".", 1)[0]
+        if scenario.name != stem:
+            line = next(
+                (i for i, row in enumerate(text.splitlines(), 1) if row.startswith("name:")), 0
+            )
+            raise ConfigError(
+                f"scenario {text_path}:{line}: key 'name' is {scenario.name!r} but the file is "
+                f"named {text_path.name}; rename the file to {scenario.name}.yaml or set "
+                f"name: {stem}"
+            )
     else:
         entry = scenario_path(str(name_or_path))
         scenario = _read(entry.read_text(), entry.name)

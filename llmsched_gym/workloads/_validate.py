@@ -6,13 +6,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from llmsched_gym.errors import TraceError
+from llmsched_gym.errors import TraceError, show
 
+__all__ = ["MAX_INT", "FieldChecker", "is_int", "is_real", "show"]
 
-def show(value: Any, limit: int = 60) -> str:
-    """Returns a short ``repr`` of a bad value for an error message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+MAX_INT = 2**31 - 1
+"""Largest token count, length or size a trace or engine setting may hold.
+
+The compiled core keeps these in C integers; bounding them here makes a value such as ``10**30`` the
+same clear error with and without the compiled core (no context is near 2**31 tokens).
+"""
 
 
 def is_int(value: Any) -> bool:
@@ -47,9 +50,11 @@ class FieldChecker:
         return value
 
     def int_at_least(self, field: str, minimum: int, value: Any) -> int:
-        """Checks that ``value`` is an int >= ``minimum``."""
+        """Checks that ``value`` is an int in ``[minimum, MAX_INT]``."""
         if not is_int(value) or value < minimum:
             raise self.fail(field, f"an int >= {minimum}", value)
+        if value > MAX_INT:
+            raise self.fail(field, f"an int <= {MAX_INT:,} (2**31 - 1)", value)
         return value
 
     def finite_float(

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TextIO
 
+from llmsched_gym import _json
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import TraceError
-from llmsched_gym.workloads._validate import FieldChecker, is_real, show
+from llmsched_gym.workloads._validate import MAX_INT, FieldChecker, is_real, show
 
 __all__ = ["RAW_FORMATS", "SHIPPED_TRACES", "TraceInfo", "list_traces", "trace_info"]
 
@@ -313,7 +314,12 @@ def _explain_csv(
                 value = math.nan
             if field.kind == "int" and not value >= 1:
                 return TraceError(
-                    f"{where}: field {field.column!r} must be an int >= 1, got {cell!r}"
+                    f"{where}: field {field.column!r} must be an int >= 1, got {show(cell)}"
+                )
+            if field.kind == "int" and value > MAX_INT:
+                return TraceError(
+                    f"{where}: field {field.column!r} must be an int <= {MAX_INT:,} (2**31 - 1), "
+                    f"got {show(cell)}"
                 )
             if field.kind == "seconds" and not (math.isfinite(value) and value >= 0):
                 return TraceError(
@@ -325,8 +331,8 @@ def _explain_csv(
 def _positive_ints(column: tuple[str, ...] | list[str]) -> list[int]:
     """Converts a column to ints and checks each is >= 1 (ValueError otherwise)."""
     values = list(map(int, column))
-    if values and min(values) < 1:
-        raise ValueError("value < 1")
+    if values and (min(values) < 1 or max(values) > MAX_INT):
+        raise ValueError("value out of [1, MAX_INT]")
     return values
 
 
@@ -432,10 +438,16 @@ def json_lines(text: TextIO, label: str) -> Iterator[tuple[int, str, Any]]:
                 f"object per line; the next request is on line {lineno}); remove it"
             )
         try:
-            record = json.loads(line)
+            record = _json.loads(line)
         except json.JSONDecodeError as err:
+            # Some of json's messages end in "at" ("Invalid control character at").
+            reason = err.msg.removesuffix(" at")
             raise TraceError(
-                f"{where}: invalid JSON ({err.msg} at column {err.colno}): {show(line.strip())}"
+                f"{where}: invalid JSON ({reason} at column {err.colno}): {show(line.strip())}"
+            ) from None
+        except _json.DuplicateKeyError as dup:
+            raise TraceError(
+                f"{where}: field {show(dup.key)} appears twice in the JSON object; keep one of them"
             ) from None
         yield lineno, where, record
 

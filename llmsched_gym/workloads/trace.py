@@ -29,7 +29,10 @@ job_id, stage,      str       optional
 client_id
 ==================  ========  ==========================================================
 
-A JSON ``null`` in an optional field means "use the default". Blank lines at the end of the file
+Every count and length (``prompt_len``, ``output_len``, ``max_tokens``, ``hash_block_size``) and
+``priority`` are at most 2**31 - 1 in magnitude: the compiled core keeps them in C integers.
+A JSON ``null`` in an optional field means "use the default". An object that repeats a key is an
+error (``json`` alone would keep the last value). Blank lines at the end of the file
 are ignored; a blank line followed by another request is an error.
 
 ``load_trace`` also reads the shipped real traces by name (see ``list_traces``) and the raw
@@ -56,7 +59,7 @@ from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import TraceError
 from llmsched_gym.metrics._atomic import atomic_output
 from llmsched_gym.workloads import catalog
-from llmsched_gym.workloads._validate import FieldChecker, is_int, show
+from llmsched_gym.workloads._validate import MAX_INT, FieldChecker, is_int, show
 
 __all__ = [
     "CONTRACT_FIELDS",
@@ -185,8 +188,8 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
 
     priority_value = record.get("priority")
     priority = 0 if priority_value is None else priority_value
-    if not is_int(priority):
-        raise rec.fail("priority", "an int", priority_value)
+    if not is_int(priority) or not -MAX_INT <= priority <= MAX_INT:
+        raise rec.fail("priority", f"an int in [-{MAX_INT:,}, {MAX_INT:,}]", priority_value)
     weight_value = record.get("weight")
     weight = (
         1.0
@@ -334,7 +337,10 @@ def load_trace(
             >= 1, got -3``. Also for an unknown name or format, or a bad ``limit``.
     """
     if limit is not None and (not is_int(limit) or limit < 1):
-        raise TraceError(f"load_trace: limit must be an int >= 1 or None, got {show(limit)}")
+        raise TraceError(
+            f"load_trace: limit must be an int >= 1 or None, got {show(limit)} (limit is the "
+            "number of requests to read: --num-requests on the command line)"
+        )
     if trace_format is not None and trace_format not in TRACE_FORMATS:
         raise TraceError(
             f"load_trace: trace_format must be one of {', '.join(TRACE_FORMATS)}, "

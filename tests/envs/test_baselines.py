@@ -126,3 +126,22 @@ def test_committed_cem_result_reproduces() -> None:
     row = saved["per_seed"][0]
     assert E.rollout(env, agent, seed=row["seed"])["return"] == pytest.approx(row["return"])
     assert row["return"] > row["return_vllm_v1"]
+
+
+def test_ppo_recipes_print_progress() -> None:
+    """The PPO recipes pass a progress callback: one line per interval and one at the end."""
+    import io
+    import sys
+
+    from stable_baselines3 import PPO
+
+    sys.path.insert(0, str(ROOT))
+    common = _load("_common")
+    for name in ("ppo_priority", "maskable_ppo_select"):
+        assert "callback=progress_callback(" in (ROOT / f"{name}.py").read_text()
+    stream = io.StringIO()
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, seed=0, verbose=0)
+    common.quiet_logger(model)
+    model.learn(128, callback=common.progress_callback("PPO", 128, every_s=0.0, stream=stream))
+    lines = stream.getvalue().splitlines()
+    assert lines and lines[-1].startswith("PPO: 128 / 128 steps (100%), mean episode return")

@@ -120,7 +120,7 @@ class ValidationResult:
 
     @property
     def mean_e2e_error_pct(self) -> float:
-        """|mean simulated e2e - mean live e2e| / mean live e2e, in percent."""
+        """(mean simulated e2e - mean live e2e) / mean live e2e, in percent (signed)."""
         row = self.table.set_index("metric").loc["e2e_s"]
         return float(row["mean_error_pct"])
 
@@ -150,11 +150,13 @@ def _latency_rows(lv: Any, sv: Any, per_req: Any) -> list[dict[str, Any]]:
                 "metric": metric,
                 "live_mean": live_mean,
                 "sim_mean": sim_mean,
-                "mean_error_pct": abs(sim_mean - live_mean) / live_mean * 100.0,
+                "mean_error_pct": (sim_mean - live_mean) / live_mean * 100.0,
                 "abs_error_pct_mean": float(ae.mean()) if ae.size else math.nan,
                 "abs_error_pct_p50": float(np.percentile(ae, 50)) if ae.size else math.nan,
                 "abs_error_pct_p99": float(np.percentile(ae, 99)) if ae.size else math.nan,
                 "signed_error_pct_mean": float(err[ok].mean()) if ae.size else math.nan,
+                "signed_error_pct_p50": float(np.percentile(err[ok], 50)) if ae.size else math.nan,
+                "signed_error_pct_p99": float(np.percentile(err[ok], 99)) if ae.size else math.nan,
                 "n": int(ok.sum()),
             }
         )
@@ -273,11 +275,13 @@ def validate(
             "metric": "step_time_s",
             "live_mean": float(meas.mean()),
             "sim_mean": float(pred.mean()),
-            "mean_error_pct": abs(pred.sum() - meas.sum()) / meas.sum() * 100.0,
+            "mean_error_pct": (pred.sum() - meas.sum()) / meas.sum() * 100.0,
             "abs_error_pct_mean": float(ape.mean()),
             "abs_error_pct_p50": float(np.percentile(ape, 50)),
             "abs_error_pct_p99": float(np.percentile(ape, 99)),
             "signed_error_pct_mean": float(((pred - meas) / meas * 100).mean()),
+            "signed_error_pct_p50": float(np.percentile((pred - meas) / meas * 100, 50)),
+            "signed_error_pct_p99": float(np.percentile((pred - meas) / meas * 100, 99)),
             "n": len(meas),
         }
     )
@@ -289,7 +293,7 @@ def validate(
                 "metric": key,
                 "live_mean": lval,
                 "sim_mean": sval,
-                "mean_error_pct": abs(sval - lval) / lval * 100.0 if lval else math.nan,
+                "mean_error_pct": (sval - lval) / lval * 100.0 if lval else math.nan,
                 "n": 1,
             }
         )
@@ -381,7 +385,7 @@ def write_validation(result: ValidationResult, out_dir: str | Path) -> dict[str,
     return paths
 
 
-def _md_table(t: Any) -> str:
+def _md_table(t: Any) -> str:  # errors are signed: (sim - live) / live
     def f(x: Any, fmt: str = ".4g") -> str:
         if x is None or (isinstance(x, float) and math.isnan(x)):
             return ""
@@ -432,6 +436,8 @@ def _report(result: ValidationResult) -> str:
             f"{info.get('load_average_before')} before, {info.get('load_average_after')} after, "
             f"on {os.cpu_count()} CPUs)."
         )
+        if info.get("noise_verdict"):
+            setup += f" **No timing verdict**: {info['noise_verdict']}."
         if len(info["runs"]) > 1:
             setup += (
                 f" Against the live engine's mean over the {len(info['runs'])} runs "
@@ -488,6 +494,32 @@ def _loadavg() -> list[float] | None:
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)  # fmt: skip
 """Student's t 97.5% quantiles for 1..20 degrees of freedom (two-sided 95% intervals)."""
+
+
+NOISE_CV_PCT = 10.0
+"""Above this coefficient of variation of the live runs' mean e2e latencies, the machine's
+run-to-run spread swamps the simulator's error: no timing verdict is given."""
+
+
+def live_cv_pct(live_means: Sequence[float]) -> float:
+    """Coefficient of variation (sample std / mean) of the live runs' mean e2e, in percent."""
+    live = np.asarray(live_means, dtype=np.float64)
+    if live.size < 2 or not live.mean() > 0:
+        return math.nan
+    return float(live.std(ddof=1) / live.mean() * 100.0)
+
+
+def noise_verdict(live_means: Sequence[float]) -> str | None:
+    """A sentence when the live runs vary too much for a timing verdict, else None."""
+    cv = live_cv_pct(live_means)
+    if not cv > NOISE_CV_PCT:
+        return None
+    return (
+        f"the live runs' mean e2e latencies vary by {cv:.1f}% (coefficient of variation, over "
+        f"{NOISE_CV_PCT:.0f}%): this machine is too noisy for a timing verdict; rerun on a quiet "
+        "machine, or with --calibrate (calibration interleaved with the live runs, one fit on "
+        "all parts)"
+    )
 
 
 def pooled_error(sim_means: Sequence[float], live_means: Sequence[float]) -> dict[str, Any]:
@@ -636,7 +668,7 @@ def run_validation(
         live_means = [float(r.table.set_index("metric").loc["e2e_s", "live_mean"]) for r in results]
         sim_means = [float(r.table.set_index("metric").loc["e2e_s", "sim_mean"]) for r in results]
         pooled = pooled_error(sim_means, live_means)
-        chosen = results[int(np.argsort(errs)[len(errs) // 2])]
+        chosen = results[int(np.argsort(np.abs(errs))[len(errs) // 2])]
         chosen.info.update(
             trace=str(trace),
             num_requests=len(specs),
@@ -647,6 +679,8 @@ def run_validation(
             runs=[round(e, 3) for e in errs],
             live_e2e_means=[round(x, 5) for x in live_means],
             live_spread_pct=(max(live_means) / min(live_means) - 1.0) * 100.0,
+            live_cv_pct=live_cv_pct(live_means),
+            noise_verdict=noise_verdict(live_means),
             **pooled,
             load_average_before=load_before,
             load_average_after=_loadavg(),

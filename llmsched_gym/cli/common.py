@@ -1,0 +1,226 @@
+"""Conventions shared by the ``llmsched-gym`` commands: ``--set``, ``--json`` and output paths.
+
+Every command that takes a scenario accepts ``--set KEY=VALUE`` (dotted keys reach into
+``workload``, ``engine``, ``slo`` and ``cluster``, as ``Scenario.with_overrides`` documents; the
+value is read as YAML, so ``--set workload.num_requests=200`` is an int and
+``--set engine.enable_prefix_caching=false`` a bool). Commands that print a summary accept
+``--json`` to print it as one JSON document instead. Output paths are checked before anything
+is simulated, and an output folder is written as a set: to a temporary sibling folder that
+replaces the old one only when every file is written (``OutputSet``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmsched_gym import _yaml
+from llmsched_gym.errors import ConfigError, show
+from llmsched_gym.metrics._atomic import _umask
+
+MANIFEST = "manifest.json"
+"""Written last into every output folder: the files of the set and the command that made them.
+A folder without it is incomplete (or was not written by ``llmsched-gym``)."""
+
+OUTPUT_STEMS = ("requests", "steps", "jobs", "instances", "summary", "comparison", "manifest")
+"""Stems of the files the commands write; an existing ``--out`` folder holding anything else is
+the user's, and is never replaced."""
+
+
+def positive_int(text: str) -> int:
+    """``argparse`` type of a count such as ``--num-requests``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """Adds the repeatable ``--set KEY=VALUE`` scenario override."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field of the scenario (repeatable; dotted keys reach into workload, "
+        "engine, slo and cluster, e.g. --set workload.num_requests=200 --set "
+        "engine.max_num_seqs=64; VALUE is read as YAML)",
+    )
+
+
+def parse_overrides(items: Iterable[str] | None) -> dict[str, Any]:
+    """``{key: value}`` from ``KEY=VALUE`` strings; values are parsed as YAML scalars or lists.
+
+    Raises:
+        ConfigError: An item without ``=``, an empty key, a key given twice, or a value that is
+            not valid YAML.
+    """
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(
+                f"--set {show(item)}: expected KEY=VALUE, e.g. --set workload.num_requests=200"
+            )
+        if key in out:
+            raise ConfigError(f"--set {key}: given twice; keep one")
+        try:
+            out[key] = _yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {key}: value {show(text)} is not valid YAML: {exc}") from None
+    return out
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--json``: print the summary as one JSON document instead of text."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as one JSON document on stdout (progress stays on stderr)",
+    )
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe copy: numpy scalars become Python numbers, NaN and infinities become null."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def print_json(payload: Any) -> None:
+    """Prints ``payload`` as indented JSON (see ``jsonable``)."""
+    print(json.dumps(jsonable(payload), indent=2))
+
+
+def check_output_file(path: str | os.PathLike[str] | None, flag: str) -> Path | None:
+    """Checks before a run that ``path`` can be written as a file; returns it as a Path.
+
+    Raises:
+        ConfigError: ``path`` is a folder, its folder is missing or not a folder, or it is not
+            writable; the message names the flag.
+    """
+    if path is None:
+        return None
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {p}: is a folder; give a file path, e.g. {p / 'out.jsonl'}")
+    parent = p.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {p}: folder {parent} does not exist; create it first")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{p.name}.", delete=True):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {p}: cannot write in {parent} ({exc.strerror}); choose a writable path"
+        ) from None
+    return p
+
+
+class OutputSet:
+    """An output folder written as a whole: readers see the old set or the new one, never a mix.
+
+    ``prepare()`` (before the run) checks the path and creates a temporary sibling folder;
+    files go to ``path(name)``; ``commit()`` writes ``manifest.json`` and swaps the temporary
+    folder in place of ``out``, so files of an earlier run that this one does not produce are
+    gone; ``discard()`` (on error or Ctrl-C) removes the temporary folder and leaves ``out`` as
+    it was. An existing ``out`` holding files the commands do not write is refused, never
+    replaced.
+    """
+
+    def __init__(self, out: str | os.PathLike[str], flag: str = "--out") -> None:
+        self.out = Path(out)
+        self.flag = flag
+        self._tmp: Path | None = None
+
+    def prepare(self) -> OutputSet:
+        """Checks ``out`` and creates the temporary folder (the pre-flight check of a run)."""
+        out = self.out
+        here = Path.cwd().resolve()
+        if out.resolve() == here or out.resolve() in here.parents:
+            raise ConfigError(
+                f"{self.flag} {out}: the set replaces the whole folder, and this one holds the "
+                "current folder; give a new folder, e.g. out/run1"
+            )
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"{self.flag} {out}: is a file, not a folder; give a folder path")
+        if out.is_dir():
+            foreign = sorted(
+                p.name for p in out.iterdir() if p.name.split(".")[0] not in OUTPUT_STEMS
+            )
+            if foreign:
+                raise ConfigError(
+                    f"{self.flag} {out}: the folder holds files this command does not write "
+                    f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); it "
+                    "replaces the whole folder, so give a new or empty folder"
+                )
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise ConfigError(
+                f"{self.flag} {out}: cannot create the output folder ({reason}); choose a "
+                "writable folder, e.g. out/run1"
+            ) from None
+        os.chmod(self._tmp, 0o777 & ~_umask())
+        return self
+
+    def path(self, name: str) -> Path:
+        """Where to write the set's file ``name`` during the run."""
+        if self._tmp is None:
+            raise RuntimeError("OutputSet.prepare() must be called first")
+        return self._tmp / name
+
+    def commit(self, command: str) -> Path:
+        """Writes the manifest and swaps the new set in; returns the output folder."""
+        if self._tmp is None:
+            raise RuntimeError("OutputSet.prepare() must be called first")
+        files = sorted(p.name for p in self._tmp.iterdir())
+        (self._tmp / MANIFEST).write_text(
+            json.dumps({"command": command, "files": files}, indent=2) + "\n"
+        )
+        old = None
+        if self.out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.parent))
+            os.replace(self.out, old / "set")
+        os.replace(self._tmp, self.out)
+        self._tmp = None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.out
+
+    def discard(self) -> None:
+        """Removes the temporary folder (after an error or an interruption)."""
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> OutputSet:
+        return self if self._tmp is not None else self.prepare()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.discard()
