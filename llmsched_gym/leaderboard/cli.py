@@ -16,4 +16,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "leaderboards/<task>/<method>/.",
     )
     lsub = p.add_subparsers(dest="leaderboard_command", required=True, metavar="ACTION")
-    del lsub
+    from llmsched_gym.leaderboard import reproduce
+
+    reproduce.add_parser(lsub)
