@@ -47,7 +47,7 @@ A QUERY (``ours``) is a small pipeline over the rows of CSV files:
      more coarsely (``den_by: []``: every numerator group over the same denominator rows);
      ``minus_one`` gives the relative gain ``num/den - 1``;
 7. ``reduce``: over the measured values: ``first`` (one row expected), ``max``, ``min``,
-   ``mean``, ``argmax`` / ``argmin`` (the value and its row's columns or group keys), ``range``
+   ``mean``, ``sum``, ``argmax`` / ``argmin`` (the value and its row's columns or group keys), ``range``
    (every value; ``lo``, ``hi``, ``mean``), ``count`` (``count_if: EXPR`` of ``x``: ``k`` of
    ``n``).
 
@@ -75,7 +75,9 @@ Rules (``rule.kind``):
   which YAML reads as booleans);
 * ``count``: for ``reduce: count``: ``all`` (k = n), ``some`` (0 < k < n), ``none``.
 
-Verdict words may use ``{k}``, ``{n}`` and the format placeholders.
+Every rule takes an optional ``text``: the rule as the table prints it (default: generated,
+e.g. "±30% of the paper; direction > 1"). Verdict words may use ``{k}``, ``{n}`` and the format
+placeholders.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ import yaml
 
 from llmsched_gym.errors import ConfigError
 
-REDUCERS = ("first", "max", "min", "mean", "argmax", "argmin", "range", "count")
+REDUCERS = ("first", "max", "min", "mean", "sum", "argmax", "argmin", "range", "count")
 GROUP_REDUCERS = ("last", "max", "min", "mean", "sum")
 RULES = {
     "band": ("inside", "band", "weak", "direction", "miss", "missing"),
@@ -336,7 +338,7 @@ def _check_rule(rule: Any, path, eid) -> None:
         raise _err(path, eid, "rule.kind", f"unknown rule {rule['kind']!r}; choose from "
                    f"{', '.join(RULES)}")  # fmt: skip
     allowed = {"kind", "tol", "abs_tol", "accept", "direction", "direction_on", "min_effect",
-               "cond"}  # fmt: skip
+               "cond", "text"}  # fmt: skip
     if rule.get("direction_on", "checked") not in ("checked", "all"):
         raise _err(path, eid, "rule.direction_on", f"{rule['direction_on']!r}: 'checked' "
                    "(the values the band checks, default) or 'all' (every measured value)")
@@ -596,6 +598,8 @@ def query(exp: Experiment, results: Path, quick_suffix: str = "", quick: bool = 
         value = (max if red == "max" else min)(vals)
     elif red == "mean":
         value = sum(vals) / len(vals)
+    elif red == "sum":
+        value = sum(vals)
     elif red in ("argmax", "argmin"):
         c, value = (max if red == "argmax" else min)(series, key=lambda s: s[1])
         ctx = dict(c)
@@ -606,7 +610,11 @@ def query(exp: Experiment, results: Path, quick_suffix: str = "", quick: bool = 
         k = sum(1 for v in vals if cond({"x": v}))
         ctx.update(k=k)
         value = k
-    ctx.update(n=len(vals), lo=min(vals), hi=max(vals), mean=sum(vals) / len(vals))
+    # The first / argmax row's own columns win over these (a stats CSV has its own ``n``).
+    for key, v in dict(n=len(vals), lo=min(vals), hi=max(vals), mean=sum(vals) / len(vals)).items():
+        ctx.setdefault(key, v)
+    if red == "count":
+        ctx.update(n=len(vals))
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         ctx.update(value=value, pct=100 * value, rest=100 - 100 * value)
     else:
@@ -616,6 +624,8 @@ def query(exp: Experiment, results: Path, quick_suffix: str = "", quick: bool = 
 
 def _rule_text(exp: Experiment) -> str:
     r = exp.rule
+    if "text" in r:
+        return str(r["text"])
     if r["kind"] == "band":
         if "accept" in r:
             s = f"in [{r['accept'][0]:g}, {r['accept'][1]:g}]"
