@@ -732,3 +732,26 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         lines.append("| " + " | ".join(str(r[c]).replace("|", "\\|") for c in cols) + " |")
     return "\n".join(lines) + "\n"
+
+
+def paper_value(path: Path | str, exp_id: str) -> dict:
+    """The ``paper`` mapping of experiment ``exp_id`` (for scripts that print paper numbers).
+
+    Raises:
+        ExperimentError: no such experiment in ``path``.
+    """
+    for exp in load(path).experiments:
+        if exp.id == exp_id:
+            return dict(exp.paper)
+    raise ExperimentError(f"{path}: no experiment {exp_id!r}")
+
+
+def paper_table(path: Path | str, exp_id: str, name: str) -> dict:
+    """The ``ours.lookup.<name>.values`` table of experiment ``exp_id`` (paper numbers per key)."""
+    for exp in load(path).experiments:
+        if exp.id == exp_id:
+            table = (exp.ours.get("lookup") or {}).get(name)
+            if table is None:
+                raise _err(path, exp_id, f"ours.lookup.{name}", "missing")
+            return dict(table["values"])
+    raise ExperimentError(f"{path}: no experiment {exp_id!r}")
