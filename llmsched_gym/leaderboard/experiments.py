@@ -22,7 +22,8 @@ File layout::
         figure: Fig. 9              # the paper's figure or table
         setting: largest load of each setting
         finding: RelServe vs vLLM at the largest load      # the table's words
-        paper: {value: [2.3, 3.1], unit: x, text: 2.3-3.1x}  # number or [low, high]
+        paper: {value: [2.3, 3.1], unit: x, text: 2.3-3.1x}  # number or [low, high]; optional
+                                    # max: the paper's maximum beside an average
         ours: QUERY
         format: "{lo:.2f}-{hi:.2f}x"  # how ours is printed (placeholders below)
         rule: {kind: band, tol: 0.3, direction: "> 1"}
