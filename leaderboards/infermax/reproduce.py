@@ -50,7 +50,7 @@ DEFAULT_OUT = HERE.parents[1] / "out" / "leaderboard" / "reproduce" / "infermax"
 EXPERIMENTS_YAML = HERE / "experiments.yaml"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def paper(exp_id: str):
     """The paper's value of finding ``exp_id`` (``experiments.yaml``): a number, else its text."""
     p = paper_value(EXPERIMENTS_YAML, exp_id)
@@ -604,7 +604,10 @@ def findings() -> list[dict]:
     es = next((r for r in on if r["scheduler"] == "evict-short"), None)
     if es:
         base = [r for r in on if r["scheduler"] in ("vllm", "sarathi", "sarathi-pc")]
-        for metric, key in (("latency_s", "online-latency"), ("mean_latency_s", "online-mean-latency")):
+        for metric, key in (
+            ("latency_s", "online-latency"),
+            ("mean_latency_s", "online-mean-latency"),
+        ):
             val = max(r[metric] for r in base) / es[metric]
             best = min(r[metric] for r in base) / es[metric]
             out.append(

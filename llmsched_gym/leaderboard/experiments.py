@@ -48,9 +48,9 @@ A QUERY (``ours``) is a small pipeline over the rows of CSV files:
      more coarsely (``den_by: []``: every numerator group over the same denominator rows);
      ``minus_one`` gives the relative gain ``num/den - 1``;
 7. ``reduce``: over the measured values: ``first`` (one row expected), ``max``, ``min``,
-   ``mean``, ``sum``, ``argmax`` / ``argmin`` (the value and its row's columns or group keys), ``range``
-   (every value; ``lo``, ``hi``, ``mean``), ``count`` (``count_if: EXPR`` of ``x``: ``k`` of
-   ``n``).
+   ``mean``, ``sum``, ``argmax`` / ``argmin`` (the value and its row's columns or group keys),
+   ``range`` (every value; ``lo``, ``hi``, ``mean``), ``count`` (``count_if: EXPR`` of ``x``:
+   ``k`` of ``n``).
 
 ``lookup: {name: {by: column, values: {key: number}}}`` adds per-row constants for EXPRs.
 
@@ -68,9 +68,9 @@ Rules (``rule.kind``):
   ``direction`` (e.g. ``"> 1"``) a value on the wrong side is a miss, and ``min_effect``
   (e.g. 0.5) flags a ratio in the band that shows less than that share of the paper's effect
   ``(ours - 1) / (paper - 1)``; ``direction_on: all`` checks the direction on every measured
-  value (e.g. the band on the max over baselines, the direction on each). Verdict words: ``inside`` (within the paper's own range),
-  ``band``, ``weak``, ``direction`` (right side, outside the band; ``{k}`` of ``{n}`` in band),
-  ``miss``, ``missing``;
+  value (e.g. the band on the max over baselines, the direction on each). Verdict words:
+  ``inside`` (within the paper's own range), ``band``, ``weak``, ``direction`` (right side,
+  outside the band; ``{k}`` of ``{n}`` in band), ``miss``, ``missing``;
 * ``direction``: ``cond`` (default ``"> 1"``) holds for ours (every value of a ``range``);
   words ``pass`` / ``fail`` / ``missing`` (the sign or order of a comparison; not yes / no,
   which YAML reads as booleans);
@@ -111,7 +111,12 @@ DEFAULT_WORDS = {
         "missing": "not run",
     },
     "direction": {"pass": "reproduced", "fail": "not reproduced", "missing": "not run"},
-    "count": {"all": "reproduced", "some": "partly", "none": "not reproduced", "missing": "not run"},
+    "count": {
+        "all": "reproduced",
+        "some": "partly",
+        "none": "not reproduced",
+        "missing": "not run",
+    },
 }
 OPS = {
     "==": operator.eq,
@@ -123,8 +128,18 @@ OPS = {
 }
 ENTRY_FIELDS = {"id", "figure", "setting", "finding", "paper", "ours", "format", "rule", "verdict"}
 REQUIRED_FIELDS = ("id", "figure", "setting", "finding", "paper", "ours", "rule")
-QUERY_FIELDS = {"file", "where", "filter", "top", "window", "lookup", "column", "ratio", "reduce",
-                "count_if"}  # fmt: skip
+QUERY_FIELDS = {
+    "file",
+    "where",
+    "filter",
+    "top",
+    "window",
+    "lookup",
+    "column",
+    "ratio",
+    "reduce",
+    "count_if",
+}
 RATIO_FIELDS = {"column", "by", "den_by", "num", "den", "num_reduce", "den_reduce", "minus_one"}
 TOP_FIELDS = {"id", "paper", "title", "results", "quick_suffix", "runs", "experiments"}
 """Top-level keys; keys starting with ``x-`` are free (YAML anchors for shared rules and words)."""
@@ -140,10 +155,20 @@ def _err(path: Path | str, entry: str | None, field: str, msg: str) -> Experimen
 
 
 # -- expressions ---------------------------------------------------------------------------------
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv}  # fmt: skip
-_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-        ast.Gt: operator.gt, ast.GtE: operator.ge}  # fmt: skip
+_BIN = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+_CMP = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 _FUNCS = {"min": min, "max": max, "abs": abs}
 
 
@@ -156,17 +181,38 @@ class Expr:
         try:
             self.tree = ast.parse(self.text, mode="eval").body
         except SyntaxError as e:
-            raise _err(path, entry, field, f"cannot parse expression {self.text!r}: {e.msg}") from None
+            raise _err(
+                path, entry, field, f"cannot parse expression {self.text!r}: {e.msg}"
+            ) from None
         self.names: set[str] = set()
         self._check(self.tree, path, entry, field)
 
     def _check(self, node: ast.AST, path, entry, field) -> None:
-        ok = (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Constant, ast.Call,
-              ast.Load, ast.And, ast.Or, ast.Not, ast.USub, *_BIN, *_CMP)  # fmt: skip
+        ok = (
+            ast.BinOp,
+            ast.UnaryOp,
+            ast.BoolOp,
+            ast.Compare,
+            ast.Name,
+            ast.Constant,
+            ast.Call,
+            ast.Load,
+            ast.And,
+            ast.Or,
+            ast.Not,
+            ast.USub,
+            *_BIN,
+            *_CMP,
+        )
         if not isinstance(node, ok):
-            raise _err(path, entry, field, f"{type(node).__name__} is not allowed in "
-                       f"{self.text!r} (names, numbers, + - * /, comparisons, and/or/not, "
-                       "min/max/abs, col('name'))")  # fmt: skip
+            raise _err(
+                path,
+                entry,
+                field,
+                f"{type(node).__name__} is not allowed in "
+                f"{self.text!r} (names, numbers, + - * /, comparisons, and/or/not, "
+                "min/max/abs, col('name'))",
+            )
         if isinstance(node, ast.Call):
             fn = node.func.id if isinstance(node.func, ast.Name) else None
             if fn == "col":
@@ -175,8 +221,12 @@ class Expr:
                 self.names.add(str(node.args[0].value))
                 return
             if fn not in _FUNCS or node.keywords:
-                raise _err(path, entry, field, f"unknown function {fn!r} in {self.text!r}; "
-                           "allowed: min, max, abs, col")  # fmt: skip
+                raise _err(
+                    path,
+                    entry,
+                    field,
+                    f"unknown function {fn!r} in {self.text!r}; allowed: min, max, abs, col",
+                )
             for a in node.args:
                 self._check(a, path, entry, field)
             return
@@ -276,8 +326,12 @@ def _check_where(w: Any, path, eid, field) -> None:
         if isinstance(v, dict):
             for op in v:
                 if op not in OPS:
-                    raise _err(path, eid, f"{field}.{col}", f"unknown operator {op!r}; choose "
-                               f"from {', '.join(OPS)}")  # fmt: skip
+                    raise _err(
+                        path,
+                        eid,
+                        f"{field}.{col}",
+                        f"unknown operator {op!r}; choose from {', '.join(OPS)}",
+                    )
 
 
 def _check_query(q: Any, path, eid) -> None:
@@ -312,8 +366,9 @@ def _check_query(q: Any, path, eid) -> None:
             raise _err(path, eid, "ours.ratio", "must be a mapping")
         for k in r:
             if k not in RATIO_FIELDS:
-                raise _err(path, eid, f"ours.ratio.{k}", f"unknown field; allowed: "
-                           f"{sorted(RATIO_FIELDS)}")  # fmt: skip
+                raise _err(
+                    path, eid, f"ours.ratio.{k}", f"unknown field; allowed: {sorted(RATIO_FIELDS)}"
+                )
         for k in ("column", "num", "den"):
             if k not in r:
                 raise _err(path, eid, f"ours.ratio.{k}", "missing")
@@ -322,12 +377,20 @@ def _check_query(q: Any, path, eid) -> None:
         _check_where(r["den"], path, eid, "ours.ratio.den")
         for k in ("num_reduce", "den_reduce"):
             if r.get(k, "last") not in GROUP_REDUCERS:
-                raise _err(path, eid, f"ours.ratio.{k}", f"unknown reduction {r[k]!r}; choose "
-                           f"from {', '.join(GROUP_REDUCERS)}")  # fmt: skip
+                raise _err(
+                    path,
+                    eid,
+                    f"ours.ratio.{k}",
+                    f"unknown reduction {r[k]!r}; choose from {', '.join(GROUP_REDUCERS)}",
+                )
     red = q.get("reduce", "first")
     if red not in REDUCERS:
-        raise _err(path, eid, "ours.reduce", f"unknown reduction {red!r}; choose from "
-                   f"{', '.join(REDUCERS)}")  # fmt: skip
+        raise _err(
+            path,
+            eid,
+            "ours.reduce",
+            f"unknown reduction {red!r}; choose from {', '.join(REDUCERS)}",
+        )
     if red == "count":
         Expr(q.get("count_if", "x"), path, eid, "ours.count_if")
 
@@ -336,13 +399,28 @@ def _check_rule(rule: Any, path, eid) -> None:
     if not isinstance(rule, dict) or "kind" not in rule:
         raise _err(path, eid, "rule", f"must be a mapping with 'kind' ({', '.join(RULES)})")
     if rule["kind"] not in RULES:
-        raise _err(path, eid, "rule.kind", f"unknown rule {rule['kind']!r}; choose from "
-                   f"{', '.join(RULES)}")  # fmt: skip
-    allowed = {"kind", "tol", "abs_tol", "accept", "direction", "direction_on", "min_effect",
-               "cond", "text"}  # fmt: skip
+        raise _err(
+            path, eid, "rule.kind", f"unknown rule {rule['kind']!r}; choose from {', '.join(RULES)}"
+        )
+    allowed = {
+        "kind",
+        "tol",
+        "abs_tol",
+        "accept",
+        "direction",
+        "direction_on",
+        "min_effect",
+        "cond",
+        "text",
+    }
     if rule.get("direction_on", "checked") not in ("checked", "all"):
-        raise _err(path, eid, "rule.direction_on", f"{rule['direction_on']!r}: 'checked' "
-                   "(the values the band checks, default) or 'all' (every measured value)")
+        raise _err(
+            path,
+            eid,
+            "rule.direction_on",
+            f"{rule['direction_on']!r}: 'checked' "
+            "(the values the band checks, default) or 'all' (every measured value)",
+        )
     for k in rule:
         if k not in allowed:
             raise _err(path, eid, f"rule.{k}", f"unknown field; allowed: {sorted(allowed)}")
@@ -394,11 +472,14 @@ def load(path: Path | str) -> Paper:
         _check_query(e["ours"], path, label)
         _check_rule(e["rule"], path, label)
         kind = e["rule"]["kind"]
-        if kind == "band" and Experiment(**_fill(e, path)).paper_range is None and (
-            "accept" not in e["rule"]
+        if (
+            kind == "band"
+            and Experiment(**_fill(e, path)).paper_range is None
+            and ("accept" not in e["rule"])
         ):
-            raise _err(path, label, "paper.value", "a band rule needs a numeric paper value "
-                       "or rule.accept")  # fmt: skip
+            raise _err(
+                path, label, "paper.value", "a band rule needs a numeric paper value or rule.accept"
+            )
         if kind == "count" and e["ours"].get("reduce") != "count":
             raise _err(path, label, "rule.kind", "'count' needs ours.reduce: count")
         words = e.get("verdict", {})
@@ -406,8 +487,12 @@ def load(path: Path | str) -> Paper:
             raise _err(path, label, "verdict", "must be a mapping outcome -> words")
         for k in words:
             if k not in RULES[kind]:
-                raise _err(path, label, f"verdict.{k}", f"unknown outcome for rule {kind!r}; "
-                           f"choose from {', '.join(RULES[kind])}")  # fmt: skip
+                raise _err(
+                    path,
+                    label,
+                    f"verdict.{k}",
+                    f"unknown outcome for rule {kind!r}; choose from {', '.join(RULES[kind])}",
+                )
         exps.append(Experiment(**_fill(e, path)))
     base = path.parent
     return Paper(
@@ -512,8 +597,13 @@ def query(exp: Experiment, results: Path, quick_suffix: str = "", quick: bool = 
     def need(names, field):
         for n in names:
             if n not in columns and n not in lookup and n not in ("x",):
-                raise _err(path, eid, field, f"unknown CSV column {n!r} in {', '.join(files)} "
-                           f"(columns: {', '.join(sorted(columns))})")  # fmt: skip
+                raise _err(
+                    path,
+                    eid,
+                    field,
+                    f"unknown CSV column {n!r} in {', '.join(files)} "
+                    f"(columns: {', '.join(sorted(columns))})",
+                )
 
     def env(row):
         e = dict(row)
@@ -548,9 +638,10 @@ def query(exp: Experiment, results: Path, quick_suffix: str = "", quick: bool = 
         for r in rows:
             groups.setdefault(tuple(r[c] for c in per), []).append(r)
         keep = {
-            k for k, g in groups.items()
+            k
+            for k, g in groups.items()
             if ("size" not in w or len(g) == int(w["size"])) and all(test(env(r)) for r in g)
-        }  # fmt: skip
+        }
         rows = [r for r in rows if tuple(r[c] for c in per) in keep]
     series: list[tuple[dict, float]] = []  # (context, value)
     if "column" in q:
@@ -592,8 +683,13 @@ def query(exp: Experiment, results: Path, quick_suffix: str = "", quick: bool = 
     ctx: dict = {}
     if red == "first":
         if len(series) != 1:
-            raise _err(path, eid, "ours.reduce", f"'first' needs exactly one row, got "
-                       f"{len(series)}; narrow 'where' or reduce with max/min/mean/range")  # fmt: skip
+            raise _err(
+                path,
+                eid,
+                "ours.reduce",
+                f"'first' needs exactly one row, got "
+                f"{len(series)}; narrow 'where' or reduce with max/min/mean/range",
+            )
         ctx, value = dict(series[0][0]), series[0][1]
     elif red in ("max", "min"):
         value = (max if red == "max" else min)(vals)
@@ -709,8 +805,12 @@ def evaluate(paper: Paper, results: Path | None = None, quick: bool = False) -> 
             try:
                 ours = exp.format.format(**res["ctx"])
             except (KeyError, ValueError, TypeError) as e:
-                raise _err(exp.path, exp.id, "format", f"cannot format {exp.format!r} with "
-                           f"{sorted(res['ctx'])}: {e}") from None  # fmt: skip
+                raise _err(
+                    exp.path,
+                    exp.id,
+                    "format",
+                    f"cannot format {exp.format!r} with {sorted(res['ctx'])}: {e}",
+                ) from None
         out.append(
             dict(
                 id=exp.id,

@@ -83,15 +83,19 @@ def commands(paper: E.Paper, out: Path, quick: bool) -> tuple[list[list[str]], l
     runs = paper.runs
     kind = "quick" if quick else "full"
     if kind not in runs:
-        raise E.ExperimentError(f"{paper.path}: field 'runs.{kind}': missing (the commands that "
-                                f"rerun the {kind} reproduction)")  # fmt: skip
+        raise E.ExperimentError(
+            f"{paper.path}: field 'runs.{kind}': missing (the commands that "
+            f"rerun the {kind} reproduction)"
+        )
     finish = runs.get("finish_quick" if quick and "finish_quick" in runs else "finish", [])
     folder = paper.path.parent
 
     def argv(cmd: list) -> list[str]:
         if not isinstance(cmd, list) or not cmd:
-            raise E.ExperimentError(f"{paper.path}: field 'runs': each command is a non-empty "
-                                    f"list [script, args...], got {cmd!r}")  # fmt: skip
+            raise E.ExperimentError(
+                f"{paper.path}: field 'runs': each command is a non-empty "
+                f"list [script, args...], got {cmd!r}"
+            )
         script = folder / str(cmd[0])
         return [sys.executable, str(script), *(str(a).format(out=out) for a in cmd[1:])]
 
@@ -134,8 +138,12 @@ def run_units(
         if address:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         else:
-            ray.init(num_cpus=workers, ignore_reinit_error=True, log_to_driver=False,
-                     include_dashboard=False)  # fmt: skip
+            ray.init(
+                num_cpus=workers,
+                ignore_reinit_error=True,
+                log_to_driver=False,
+                include_dashboard=False,
+            )
         try:
             remote = ray.remote(num_cpus=1)(_run_unit)
             print(f"  {len(units)} units on Ray ({workers} workers)", flush=True)
@@ -180,8 +188,10 @@ def reproduce(
     root = repo_root()
     paper = load_paper(name, root)
     if update and quick:
-        raise E.ExperimentError("--update rewrites the committed full results; a --quick run "
-                                "never writes there (drop --update or --quick)")  # fmt: skip
+        raise E.ExperimentError(
+            "--update rewrites the committed full results; a --quick run "
+            "never writes there (drop --update or --quick)"
+        )
     if update and out is not None:
         raise E.ExperimentError(f"--update writes into {paper.results}; drop --out {out}")
     if workers < 1:
@@ -218,22 +228,30 @@ def add_parser(lsub: argparse._SubParsersAction) -> None:
     p.add_argument("paper", metavar="PAPER", help="relserve, proserve, hexgen or infermax")
     p.add_argument("--quick", action="store_true", help="the paper's quick reproduction")
     p.add_argument(
-        "--workers", type=int, default=1, metavar="N",
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
         help=f"run independent units on a local Ray with N CPUs (needs `{RAY_HINT}`)",
-    )  # fmt: skip
+    )
     p.add_argument("--address", default=None, metavar="ADDR", help="join this Ray cluster")
     p.add_argument(
-        "--out", type=Path, default=None, metavar="DIR",
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
         help="output folder (default out/leaderboard/reproduce/PAPER)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--update", action="store_true",
+        "--update",
+        action="store_true",
         help="write into the committed leaderboards/PAPER/results/ (full runs only)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--from-results", action="store_true",
+        "--from-results",
+        action="store_true",
         help="no simulation: evaluate the committed results/ CSVs",
-    )  # fmt: skip
+    )
     p.set_defaults(func=main)
 
 

@@ -92,9 +92,7 @@ def test_unknown_csv_column_names_file_entry_and_field(tmp_path):
 
 
 def test_bad_expression_is_rejected_at_load(tmp_path):
-    path = _write(
-        tmp_path, lambda d: d["experiments"][0]["ours"].update(column="__import__('os')")
-    )
+    path = _write(tmp_path, lambda d: d["experiments"][0]["ours"].update(column="__import__('os')"))
     with pytest.raises(E.ExperimentError, match="'ours.column'"):
         E.load(path)
 
