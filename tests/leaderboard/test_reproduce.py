@@ -158,3 +158,10 @@ def test_serial_equals_ray(tmp_path):
     assert filecmp.cmp(serial / "findings-quick.md", par / "findings-quick.md", shallow=False)
     paper = R.load_paper("relserve")
     assert E.evaluate(paper, serial, quick=True) == E.evaluate(paper, par, quick=True)
+
+
+def test_without_the_repository_the_error_says_so(tmp_path, monkeypatch):
+    """From an installed package (no leaderboards/ above it) the error names the fix."""
+    monkeypatch.setattr(R, "__file__", str(tmp_path / "site-packages" / "reproduce.py"))
+    with pytest.raises(E.ExperimentError, match="needs the repository checkout"):
+        R.repo_root(start=tmp_path)
