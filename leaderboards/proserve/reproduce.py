@@ -656,18 +656,19 @@ def replot(out: Path) -> None:
 
 
 # Fig. 15 as we read the bar labels (series-major: only deadline, only density, w/o
-# latency-aware; low/medium/high load), normalised Miss-TDG of each variant over ProServe's.
+# latency-aware; low/medium/high load), normalised Miss-TDG of each variant over ProServe's:
+# experiments.yaml, ``paper.levels`` of the fig15-* entries.
+_FIG15_IDS = {
+    "w/ only deadline": "fig15-only-deadline",
+    "w/ only density": "fig15-only-density",
+    "w/o latency-aware": "fig15-no-latency-aware",
+}
+_FIG15_LEVELS = {
+    label: paper_value(EXPERIMENTS_YAML, exp_id)["levels"] for label, exp_id in _FIG15_IDS.items()
+}
 PAPER_FIG15 = {
-    "ShareGPT": {
-        "w/ only deadline": (0.99, 4.15, 5.19),
-        "w/ only density": (6.93, 1.98, 1.23),
-        "w/o latency-aware": (0.88, 3.65, 3.40),
-    },
-    "Azure": {
-        "w/ only deadline": (1.29, 6.36, 6.00),
-        "w/ only density": (7.18, 1.20, 1.16),
-        "w/o latency-aware": (9.16, 3.78, 6.24),
-    },
+    ds: {label: tuple(float(x) for x in lv[ds]) for label, lv in _FIG15_LEVELS.items()}
+    for ds in ("ShareGPT", "Azure")
 }
 WINDOW = 0.6
 """Paper-like window: rates where the best baseline's TDG ratio is still >= 0.6 (Fig. 10's
