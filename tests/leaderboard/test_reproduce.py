@@ -165,3 +165,41 @@ def test_without_the_repository_the_error_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(R, "__file__", str(tmp_path / "site-packages" / "reproduce.py"))
     with pytest.raises(E.ExperimentError, match="needs the repository checkout"):
         R.repo_root(start=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "infermax/reproduce.py",
+        "relserve/reproduce.py",
+        "proserve/reproduce.py",
+        "hexgen/reproduce.py",
+        "hexgen/seeds.py",
+    ],
+)
+def test_scripts_default_outside_the_committed_results(script):
+    """Without --update no script's default output folder is its committed results/."""
+    text = (ROOT / "leaderboards" / script).read_text()
+    assert "DEFAULT_OUT" in text and '"--update"' in text, script
+
+
+def test_infermax_quick_refuses_update_and_writes_only_under_out(tmp_path):
+    """InferMax --quick never writes over the committed full-grid CSVs."""
+    script = str(ROOT / "leaderboards" / "infermax" / "reproduce.py")
+    bad = subprocess.run(
+        [sys.executable, script, "--quick", "--update", "--only", ""],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert bad.returncode == 2 and "--quick never writes" in bad.stderr
+    before = _git_status()
+    ok = subprocess.run(
+        [sys.executable, script, "--quick", "--only", "", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "findings.md").exists()
+    assert _git_status() == before
