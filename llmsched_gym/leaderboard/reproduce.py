@@ -204,6 +204,12 @@ def reproduce(
     if from_results:
         rows = E.evaluate(paper, paper.results)
     else:
+        if dest.exists() and any(p.name != "logs" for p in dest.iterdir()):
+            print(
+                f"note: {dest} already holds files; the scripts rewrite theirs, but files they "
+                "do not write (and seeds.py's finished seeds) are kept and evaluated too",
+                flush=True,
+            )
         dest.mkdir(parents=True, exist_ok=True)
         units, finish = commands(paper, dest, quick)
         t0 = time.perf_counter()
