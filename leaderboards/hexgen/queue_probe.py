@@ -25,6 +25,7 @@ Usage::
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections import defaultdict
@@ -197,8 +198,19 @@ def a100_card() -> pd.DataFrame:
     return df
 
 
-def main() -> int:
-    """Run both probes and write ``results/full/queue_probe.md``."""
+def main(argv: list[str] | None = None) -> int:
+    """Run both probes and write ``queue_probe.md`` (``--update``: ``results/full/``)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--out", type=Path, default=None,
+        help="output folder (default out/leaderboard/reproduce/hexgen/full/ under the repository)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--update", action="store_true", help="write into the committed results/full/ instead"
+    )
+    args = ap.parse_args(argv)
+    if args.update and args.out:
+        ap.error("--update writes into results/full/; drop --out")
     t0 = time.perf_counter()
     R.ensure_registered()
     stats = pd.concat([queue_stats(m) for m in ("code-table", "code-engine")], ignore_index=True)
@@ -231,7 +243,7 @@ def main() -> int:
         for k, g in card.groupby("a100", sort=False)
         for c in card_cols
     ]
-    out = HERE / "results" / "full"
+    out = HERE / "results" / "full" if args.update else (args.out or R.DEFAULT_OUT / "full")
     out.mkdir(parents=True, exist_ok=True)
     text = [
         "# Queue probe (issue 10): do local queues form, and what can ordering gain?",

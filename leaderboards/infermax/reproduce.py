@@ -11,12 +11,18 @@ Experiments (``papers/infermax.txt``; settings in ``papers/NOTES.md`` §4):
   Llama-3-70B TP4 A100 cost model, C = 16384, M = 100K;
 * ``csp``: §5.1 — CP-SAT optimum for O = B = 4, M = max(2I, I + O - 1) (needs ``ortools``).
 
-Writes CSV tables, PNG plots and ``findings.csv`` / ``findings.md`` into ``results/``.
+Writes CSV tables, PNG plots and ``findings.csv`` / ``findings.md`` into ``--out`` (default
+``out/leaderboard/reproduce/infermax/`` under the repository root, ``.../infermax/quick/`` with
+``--quick``); only ``--update`` (full runs) writes into the committed ``results/``, so a quick
+run never overwrites the full-grid CSVs. The paper's numbers come from ``experiments.yaml``;
+``llmsched-gym leaderboard reproduce infermax`` runs this script as that file declares (one
+unit per experiment) and writes the headline table.
 
 Usage::
 
     .venv/bin/python leaderboards/infermax/reproduce.py --quick          # minutes
     .venv/bin/python leaderboards/infermax/reproduce.py                  # the full grids
+    .venv/bin/python leaderboards/infermax/reproduce.py --update         # ... into results/
     .venv/bin/python leaderboards/infermax/reproduce.py --only msweep,csp
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import math
 import os
 import sys
@@ -33,8 +40,22 @@ from pathlib import Path
 
 import numpy as np
 
+from llmsched_gym.leaderboard.experiments import paper_value
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+"""The output folder of this run (``main`` sets it); the committed results are ``COMMITTED``."""
+COMMITTED = HERE / "results"
+DEFAULT_OUT = HERE.parents[1] / "out" / "leaderboard" / "reproduce" / "infermax"
+EXPERIMENTS_YAML = HERE / "experiments.yaml"
+
+
+@functools.cache
+def paper(exp_id: str):
+    """The paper's value of finding ``exp_id`` (``experiments.yaml``): a number, else its text."""
+    p = paper_value(EXPERIMENTS_YAML, exp_id)
+    return p["value"] if "value" in p else p["text"]
+
 C_7B, C_70B, M_DEFAULT = 4096, 16384, 100_000
 COST_7B, COST_70B = "infermax:llama-2-7b", "infermax:llama-3-70b"
 TABLE1 = ["vllm", "sarathi", "sarathi-pc", "sarathi-nocp", "vllm-hy", "sarathi-nohy"]
@@ -457,8 +478,9 @@ def findings() -> list[dict]:
     def tps(M, s, i):
         return next(r["tps"] for r in ms if r["M"] == M and r["scheduler"] == s and r["I"] == i)
 
-    for base, paper in (("vllm", 1.9), ("sarathi", 2.0)):
-        for M, paper_m in ((100, paper), (1_000, {"vllm": 1.3, "sarathi": 1.1}[base])):
+    for base in ("vllm", "sarathi"):
+        for M in (100, 1_000):
+            paper_m = paper(f"msweep-{base}-m{M}")
             ratios = [
                 tps(M, base, r["I"]) / tps(M, base + "-ef", r["I"])
                 for r in ms
@@ -480,9 +502,9 @@ def findings() -> list[dict]:
         out.append(
             dict(
                 finding="evictions lower TPS at large M (vLLM-EF / vLLM, max over I, M>=10K)",
-                paper=1.5,
+                paper=paper("msweep-large-m"),
                 ours=val,
-                verdict=_verdict(val, 1.5, val > 1.0),
+                verdict=_verdict(val, paper("msweep-large-m"), val > 1.0),
             )
         )
     gr = [r for r in read_csv("grid") if r["B"] == 1024]
@@ -505,18 +527,18 @@ def findings() -> list[dict]:
         out.append(
             dict(
                 finding="B=1024: Sarathi latency higher than vLLM (max over I, O)",
-                paper=1.135,
+                paper=paper("grid-latency"),
                 ours=lat,
-                verdict=_verdict(lat, 1.135, lat > 1.0),
+                verdict=_verdict(lat, paper("grid-latency"), lat > 1.0),
             )
         )
         out.append(
             dict(
                 finding="B=1024: Sarathi TPOT lower than vLLM (vLLM/Sarathi, max over I, O; "
                 "TPOT = per-request mean)",
-                paper=5.3,
+                paper=paper("grid-tpot"),
                 ours=tpot,
-                verdict=_verdict(tpot, 5.3, tpot > 1.0),
+                verdict=_verdict(tpot, paper("grid-tpot"), tpot > 1.0),
             )
         )
         if tpot_code is not None:
@@ -524,17 +546,14 @@ def findings() -> list[dict]:
                 dict(
                     finding="B=1024: Sarathi TPOT lower than vLLM (vLLM/Sarathi, max over I, O; "
                     "TPOT as the authors' script computes it)",
-                    paper=5.3,
+                    paper=paper("grid-tpot-code"),
                     ours=tpot_code,
-                    verdict=_verdict(tpot_code, 5.3, tpot_code > 1.0),
+                    verdict=_verdict(tpot_code, paper("grid-tpot-code"), tpot_code > 1.0),
                 )
             )
     ef = read_csv("ef")
-    for base, p_tps, p_ttft, p_tpot in (
-        ("vllm", 1.17, 1000.0, 13.0),
-        ("sarathi", 1.096, 1.7, 7.4),
-        ("sarathi-pc", 1.138, 1000.0, 13.0),
-    ):
+    for base in ("vllm", "sarathi", "sarathi-pc"):
+        p_tps, p_ttft, p_tpot = (paper(f"ef-{base}-{m}") for m in ("tps", "ttft", "tpot"))
         pairs = [
             (r, next(x for x in ef if x["scheduler"] == base + "-ef" and x["I"] == r["I"]))
             for r in ef
@@ -576,25 +595,28 @@ def findings() -> list[dict]:
                 dict(
                     finding=f"O=B=1024: EF TPOT better ({base}, non-EF/EF, max over I; "
                     "TPOT as the authors' script computes it)",
-                    paper=p_tpot,
+                    paper=paper(f"ef-{base}-tpot-code"),
                     ours=g_code,
-                    verdict=_verdict(g_code, p_tpot, g_code > 1.0),
+                    verdict=_verdict(g_code, paper(f"ef-{base}-tpot-code"), g_code > 1.0),
                 )
             )
     on = read_csv("online")
     es = next((r for r in on if r["scheduler"] == "evict-short"), None)
     if es:
         base = [r for r in on if r["scheduler"] in ("vllm", "sarathi", "sarathi-pc")]
-        for metric in ("latency_s", "mean_latency_s"):
+        for metric, key in (
+            ("latency_s", "online-latency"),
+            ("mean_latency_s", "online-mean-latency"),
+        ):
             val = max(r[metric] for r in base) / es[metric]
             best = min(r[metric] for r in base) / es[metric]
             out.append(
                 dict(
                     finding=f"online Splitwise: evict-short lowers {metric} vs vLLM/Sarathi "
                     f"(max; min {best:.3f}; paper 1.2x on vLLM-Sys, 1.4x analysis workloads)",
-                    paper=1.2,
+                    paper=paper(key),
                     ours=val,
-                    verdict=_verdict(val, 1.2, best > 1.0),
+                    verdict=_verdict(val, paper(key), best > 1.0),
                 )
             )
         efs = [r for r in on if r["scheduler"].endswith("-ef")]
@@ -603,7 +625,7 @@ def findings() -> list[dict]:
             out.append(
                 dict(
                     finding="online Splitwise: evict-short beats the EF oracles (best EF / ours)",
-                    paper="> 1",
+                    paper=paper("online-ef-oracles"),
                     ours=val,
                     verdict="match" if val > 1.0 else "MISS",
                 )
@@ -614,9 +636,9 @@ def findings() -> list[dict]:
             out.append(
                 dict(
                     finding="online Splitwise: unlimited-memory bound vs deployable (latency)",
-                    paper=1.4,
+                    paper=paper("online-bound"),
                     ours=val,
-                    verdict=_verdict(val, 1.4, val > 1.0),
+                    verdict=_verdict(val, paper("online-bound"), val > 1.0),
                 )
             )
     mx = read_csv("mix")
@@ -626,19 +648,20 @@ def findings() -> list[dict]:
         def get(key, s, metric):
             return next(r[metric] for r in mx if (r["mix"], r["B"]) == key and r["scheduler"] == s)
 
-        for metric, other, paper in (
-            ("latency_s", "rank-o", 1.3),
-            ("latency_s", "rank-org", 1.3),
-            ("ttft_s", "rank-o", 3.1),
-            ("ttft_s", "rank-org", 2.3),
+        for metric, other in (
+            ("latency_s", "rank-o"),
+            ("latency_s", "rank-org"),
+            ("ttft_s", "rank-o"),
+            ("ttft_s", "rank-org"),
         ):
+            p_mix = paper(f"mix-{metric.split('_')[0]}-{other}")
             val = max(get(k, other, metric) / get(k, "rank-i", metric) for k in keys)
             out.append(
                 dict(
                     finding=f"mixes: Rank_I lowers {metric} vs {other} (max over workloads)",
-                    paper=paper,
+                    paper=p_mix,
                     ours=val,
-                    verdict=_verdict(val, paper, val > 1.0),
+                    verdict=_verdict(val, p_mix, val > 1.0),
                 )
             )
     cs = read_csv("csp")
@@ -665,9 +688,9 @@ def findings() -> list[dict]:
             out.append(
                 dict(
                     finding="CSP (O=B=4, I<=32): faster than eviction-free (EF-CSP / CSP, max)",
-                    paper=1.17,
+                    paper=paper("csp-vs-ef"),
                     ours=val,
-                    verdict=_verdict(val, 1.17, val > 1.0),
+                    verdict=_verdict(val, paper("csp-vs-ef"), val > 1.0),
                 )
             )
         if large:
@@ -675,9 +698,9 @@ def findings() -> list[dict]:
             out.append(
                 dict(
                     finding="CSP (O=B=4, I>=64): faster than evicting vLLM by (vLLM/CSP, max)",
-                    paper=1.4,
+                    paper=paper("csp-vs-vllm"),
                     ours=val,
-                    verdict=_verdict(val, 1.4, val > 1.0),
+                    verdict=_verdict(val, paper("csp-vs-vllm"), val > 1.0),
                 )
             )
     return out
@@ -707,10 +730,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(EXPERIMENTS), help="comma-separated experiments")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--csp-time-limit", type=float, default=None, help="seconds per CSP solve")
-    ap.add_argument("--results", type=Path, default=None, help="output folder (default results/)")
+    ap.add_argument(
+        "--out", type=Path, default=None,
+        help="output folder (default out/leaderboard/reproduce/infermax/ under the repository; "
+        "with --quick its quick/ subfolder)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--results", dest="out_alias", type=Path, default=None,
+        help="deprecated alias of --out (removed in 0.3)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--update", action="store_true",
+        help="write into the committed results/ (full runs only)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--no-findings", action="store_true",
+        help="only the experiments' CSVs (parallel units; a run with --only '' writes findings)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.out_alias is not None:
+        print("warning: --results is deprecated (removed in 0.3); use --out", file=sys.stderr)
+        args.out = args.out or args.out_alias
+    if args.update and args.quick:
+        ap.error("--quick never writes into the committed results/ (the full grids); drop --update")
+    if args.update and args.out:
+        ap.error("--update writes into results/; drop --out")
     global RESULTS
-    RESULTS = args.results or HERE / "results"
+    if args.update:
+        RESULTS = COMMITTED
+    else:
+        RESULTS = args.out or (DEFAULT_OUT / "quick" if args.quick else DEFAULT_OUT)
     RESULTS.mkdir(parents=True, exist_ok=True)
     chosen = [x.strip() for x in args.only.split(",") if x.strip()]
     for name in chosen:
@@ -724,7 +773,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             globals()[f"exp_{name}"](args.quick, args.workers)
         print(f"{name}: {time.perf_counter() - t0:.1f} s", flush=True)
-    write_findings()
+    if not args.no_findings:
+        write_findings()
     return 0
 
 

@@ -6,8 +6,12 @@ Usage::
     python leaderboards/proserve/reproduce.py --medium     # all four configs, fewer rates
     python leaderboards/proserve/reproduce.py              # full sweep (see README for the time)
 
-Writes ``results/*.csv``, ``results/findings.md`` and ``results/*.png`` (``--quick`` and
-``--medium`` under ``results/quick/`` and ``results/medium/``; ``--out`` to change).
+Writes ``*.csv``, ``findings.md`` and ``*.png`` into ``--out`` (default
+``out/leaderboard/reproduce/proserve/`` under the repository root, ``quick/``, ``medium/`` or
+``slo-<name>/`` below it); only ``--update`` writes into the committed ``results/`` (same
+subfolders). The paper's numbers (Fig. 10's axis floors, the "up to" gains) come from
+``experiments.yaml``; ``llmsched-gym leaderboard reproduce proserve`` runs this script as that
+file declares and writes the headline table.
 TDG is exact (every token's delivery time from ``TokenTimelineRecorder``, Eq. 3 with the paper's
 buffered deadline); wp:wd = mean input / mean output length of the workload (§5.1).
 
@@ -46,6 +50,7 @@ import numpy as np
 from llmsched_gym.cluster import gorouting
 from llmsched_gym.cluster.routers import list_routers, register_router
 from llmsched_gym.cost.registry import load_cost_model
+from llmsched_gym.leaderboard.experiments import paper_table, paper_value
 from llmsched_gym.metrics.tdg import TDGCollector, TokenTimelineRecorder, tdg_summary
 from llmsched_gym.policies import proserve
 from llmsched_gym.policies.proserve import LatencyEstimator
@@ -54,6 +59,8 @@ from llmsched_gym.scenarios.spec import load_scenario
 from llmsched_gym.simulation import simulate
 
 HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE.parents[1] / "out" / "leaderboard" / "reproduce" / "proserve"
+EXPERIMENTS_YAML = HERE / "experiments.yaml"
 ENVS = HERE.parents[1] / "envs"
 FCFS = {"engine.scheduling_policy": "fcfs"}
 
@@ -120,24 +127,26 @@ CONFIGS: dict[str, tuple[str, dict, list, list, list, str]] = {
     ),
 }
 # Fig. 10's TDG / SLO-attainment y-axis floors (lowest tick) for the matching panel, read from the
-# paper's figure text. Every plotted point of a panel lies at or just above its floor, so the
-# paper's rate range ends where the worst plotted method reaches it (see ``paper_window``).
-PAPER_AXIS_FLOOR = {
-    "ShareGPT/Qwen2-7B": (0.7, 0.6),
-    "Azure/Qwen2-7B": (0.6, 0.6),
-    "ShareGPT/Qwen3-32B": (0.6, 0.2),
-    "Azure/Qwen3-32B": (0.7, 0.6),
-}
-# Tick spacing of the same panels (TDG 0.6 0.7 ... 1.0; SLO 0.6 0.8 1.0 or 0.2 0.4 ... 1.0). A
-# panel's lowest plotted point lies above its lowest tick minus one spacing (otherwise the axis
-# would show one more tick), so the floors bound the paper's range from both sides:
-# data >= floor (``paper_window``'s default) and data > floor - step (``axis_step=True``).
+# paper's figure text (experiments.yaml, ``tdg-gain``'s lookup tables). Every plotted point of a
+# panel lies at or just above its floor, so the paper's rate range ends where the worst plotted
+# method reaches it (see ``paper_window``).
+_FT = paper_table(EXPERIMENTS_YAML, "tdg-gain", "floor_tdg")
+_FS = paper_table(EXPERIMENTS_YAML, "tdg-gain", "floor_slo")
+PAPER_AXIS_FLOOR = {c: (float(_FT[c]), float(_FS[c])) for c in _FT}
+# Tick spacing of the same panels (TDG 0.6 0.7 ... 1.0; SLO 0.6 0.8 1.0 or 0.2 0.4 ... 1.0): the
+# floors minus those of ``tdg-gain-one-tick``. A panel's lowest plotted point lies above its
+# lowest tick minus one spacing (otherwise the axis would show one more tick), so the floors
+# bound the paper's range from both sides: data >= floor (``paper_window``'s default) and
+# data > floor - step (``axis_step=True``).
+_FT1 = paper_table(EXPERIMENTS_YAML, "tdg-gain-one-tick", "floor_tdg")
+_FS1 = paper_table(EXPERIMENTS_YAML, "tdg-gain-one-tick", "floor_slo")
 PAPER_AXIS_STEP = {
-    "ShareGPT/Qwen2-7B": (0.1, 0.2),
-    "Azure/Qwen2-7B": (0.1, 0.2),
-    "ShareGPT/Qwen3-32B": (0.1, 0.2),
-    "Azure/Qwen3-32B": (0.1, 0.2),
+    c: (round(_FT[c] - _FT1[c], 9), round(_FS[c] - _FS1[c], 9)) for c in PAPER_AXIS_FLOOR
 }
+PAPER_TDG_GAIN = float(paper_value(EXPERIMENTS_YAML, "tdg-gain")["value"])
+"""Abstract / §1: "up to 35%" higher TDG than the best baseline."""
+PAPER_SLO_GAIN = float(paper_value(EXPERIMENTS_YAML, "slo-gain")["value"])
+"""Abstract / §1: "up to 52%" higher SLO attainment."""
 # ``--slo xllm``: the SLOs of the authors' serving stack instead of 5x the unloaded latency
 # (NOTES §2.3 item 8: xllm-service's defaults, TTFT 1,000 ms and TPOT 50 ms for every request).
 SLO_VARIANTS: dict[str, dict] = {
@@ -341,8 +350,18 @@ def main(argv=None) -> None:
     g.add_argument("--quick", action="store_true", help="ShareGPT/Qwen2-7B, 3 rates, 500 requests")
     g.add_argument("--medium", action="store_true", help="all configs, fewer rates and requests")
     ap.add_argument(
-        "--out", help="output folder (default results/, results/medium/, results/quick/)"
+        "--out",
+        help="output folder (default out/leaderboard/reproduce/proserve/ under the repository, "
+        "its quick/, medium/ or slo-<name>/ subfolder)",
     )
+    ap.add_argument(
+        "--update", action="store_true",
+        help="write into the committed results/ (its slo-<name>/ subfolder with --slo)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--no-report", action="store_true",
+        help="only the CSVs: no findings.md, no plots (parallel units; a --replot run follows)",
+    )  # fmt: skip
     ap.add_argument("--skip-cluster", action="store_true")
     ap.add_argument(
         "--fine",
@@ -377,7 +396,13 @@ def main(argv=None) -> None:
     sub = "quick" if a.quick else ("medium" if a.medium else "")
     if a.slo:
         sub = f"slo-{a.slo}"
-    out = Path(a.out) if a.out else HERE / "results" / sub
+    if a.update and (a.quick or a.medium):
+        ap.error("--update writes the full results into results/; drop --quick / --medium")
+    if a.update and a.out:
+        ap.error("--update writes into results/; drop --out")
+    out = Path(a.out) if a.out else (HERE / "results" if a.update else DEFAULT_OUT) / sub
+    global _NO_REPORT
+    _NO_REPORT = a.no_report
     out.mkdir(parents=True, exist_ok=True)
     if a.slo:
         if a.replot:
@@ -449,6 +474,8 @@ def main(argv=None) -> None:
     _write(abl_rows, out / "fig15_ablation.csv")
     if clus:
         _write(clus, out / "fig11_12_cluster.csv")
+    if _NO_REPORT:
+        return
     fpath = out / "fig10_fine.csv"
     md = findings(single, clus, level, elapsed, _read(fpath) if fpath.exists() else [])
     (out / "findings.md").write_text(md)
@@ -604,8 +631,14 @@ def _read(path: Path) -> list[dict]:
     return rows
 
 
+_NO_REPORT = False
+"""``--no-report``: sweeps write only their CSVs (``replot`` does nothing)."""
+
+
 def replot(out: Path) -> None:
     """Rebuild findings.md and the plots from the CSVs a sweep wrote to ``out``."""
+    if _NO_REPORT:
+        return
     single = _read(out / "fig10_single_node.csv")
     single += [r for r in _read(out / "fig15_ablation.csv") if r["method"] != "ProServe"]
     cpath = out / "fig11_12_cluster.csv"
@@ -623,18 +656,19 @@ def replot(out: Path) -> None:
 
 
 # Fig. 15 as we read the bar labels (series-major: only deadline, only density, w/o
-# latency-aware; low/medium/high load), normalised Miss-TDG of each variant over ProServe's.
+# latency-aware; low/medium/high load), normalised Miss-TDG of each variant over ProServe's:
+# experiments.yaml, ``paper.levels`` of the fig15-* entries.
+_FIG15_IDS = {
+    "w/ only deadline": "fig15-only-deadline",
+    "w/ only density": "fig15-only-density",
+    "w/o latency-aware": "fig15-no-latency-aware",
+}
+_FIG15_LEVELS = {
+    label: paper_value(EXPERIMENTS_YAML, exp_id)["levels"] for label, exp_id in _FIG15_IDS.items()
+}
 PAPER_FIG15 = {
-    "ShareGPT": {
-        "w/ only deadline": (0.99, 4.15, 5.19),
-        "w/ only density": (6.93, 1.98, 1.23),
-        "w/o latency-aware": (0.88, 3.65, 3.40),
-    },
-    "Azure": {
-        "w/ only deadline": (1.29, 6.36, 6.00),
-        "w/ only density": (7.18, 1.20, 1.16),
-        "w/o latency-aware": (9.16, 3.78, 6.24),
-    },
+    ds: {label: tuple(float(x) for x in lv[ds]) for label, lv in _FIG15_LEVELS.items()}
+    for ds in ("ShareGPT", "Azure")
 }
 WINDOW = 0.6
 """Paper-like window: rates where the best baseline's TDG ratio is still >= 0.6 (Fig. 10's
@@ -766,7 +800,10 @@ def findings(
         ("paper's plotted range (all methods >= the axis floors)", paper_window(fig10)),
         ("widest range the axes allow (one tick lower)", paper_window(fig10, axis_step=True)),
     ):
-        for key, metric, paper in (("tdg_best", "TDG", 0.35), ("slo_best", "SLO-attainment", 0.52)):
+        for key, metric, paper in (
+            ("tdg_best", "TDG", PAPER_TDG_GAIN),
+            ("slo_best", "SLO-attainment", PAPER_SLO_GAIN),
+        ):
             hits = [(r[key][0], c, r[key][2]) for c, r in win.items() if key in r]
             if hits:
                 g, c, at = max(hits)
@@ -781,13 +818,13 @@ def findings(
         L.append(
             f"| old rule, past the paper's range: max TDG gain over the best baseline, best "
             f"baseline TDG >= {WINDOW} | up to +35% | {g:+.1%} ({c}, {at:g} req/s) | "
-            f"{verdict(g, 0.35)} |"
+            f"{verdict(g, PAPER_TDG_GAIN)} |"
         )
     if wins_s:
         g, c, at = max(wins_s)
         L.append(
             f"| old rule: max SLO-attainment gain, same window | up to +52% | {g:+.1%} "
-            f"({c}, {at:g} req/s) | {verdict(g, 0.52)} |"
+            f"({c}, {at:g} req/s) | {verdict(g, PAPER_SLO_GAIN)} |"
         )
 
     for row in summary:
@@ -795,20 +832,20 @@ def findings(
         if wat_t is not None:
             L.append(
                 f"| {cname}: max TDG gain over the best baseline while its TDG >= {WINDOW} "
-                f"| up to +35% | {wt:+.1%} at {wat_t:g} req/s | {verdict(wt, 0.35)} |"
+                f"| up to +35% | {wt:+.1%} at {wat_t:g} req/s | {verdict(wt, PAPER_TDG_GAIN)} |"
             )
         if wat_s is not None:
             L.append(
                 f"| {cname}: max SLO-attainment gain, same window | up to +52% | "
-                f"{ws:+.1%} at {wat_s:g} req/s | {verdict(ws, 0.52)} |"
+                f"{ws:+.1%} at {wat_s:g} req/s | {verdict(ws, PAPER_SLO_GAIN)} |"
             )
         L.append(
             f"| {cname}: max TDG gain over all rates | up to +35% | {bt:+.1%} at {at_t:g} req/s "
-            f"| {verdict(bt, 0.35)} |"
+            f"| {verdict(bt, PAPER_TDG_GAIN)} |"
         )
         L.append(
             f"| {cname}: max SLO-attainment gain over all rates | up to +52% | {bs:+.1%} at "
-            f"{at_s:g} req/s | {verdict(bs, 0.52)} |"
+            f"{at_s:g} req/s | {verdict(bs, PAPER_SLO_GAIN)} |"
         )
         lo, hi = min(rates), max(rates)
         dl = [b for b in ("FairBatching", "Sarathi-FCFS") if b in shape]

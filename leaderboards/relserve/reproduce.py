@@ -20,9 +20,13 @@ Usage::
     .venv/bin/python leaderboards/relserve/reproduce.py --workload authors --rates 1.24 \
         --tag table6 --no-ablation --settings opt-amazon,opt-rotten,opt-beer,opt-pdmx
 
-Writes ``results/<setting>[-authors][-TAG].csv`` (one row per setting, rate, policy) and prints /
-writes the findings table ``results/findings[-quick|-authors][-TAG].md`` from those CSVs.
-``--workload authors`` replays the authors' benchmark draws (:func:`authors_jobs`).
+Writes ``<setting>[-quick][-authors][-TAG].csv`` (one row per setting, rate, policy) and prints /
+writes the findings table ``findings[-quick|-authors][-TAG].md`` from those CSVs, into ``--out``
+(default ``out/leaderboard/reproduce/relserve/`` under the repository root); only ``--update``
+writes into the committed ``results/``. ``--workload authors`` replays the authors' benchmark
+draws (:func:`authors_jobs`). The paper's numbers come from ``experiments.yaml`` (Table 6, Fig.
+4, the Fig. 9 ranges); ``llmsched-gym leaderboard reproduce relserve`` runs this script as that
+file declares and writes the headline table.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import numpy as np
 
 from llmsched_gym.core.job import Job
 from llmsched_gym.cost.registry import load_cost_model
+from llmsched_gym.leaderboard.experiments import paper_table, paper_value
 from llmsched_gym.policies.baselines import SarathiPolicy, VllmV0Policy
 from llmsched_gym.policies.relserve import (
     RelServePolicy,
@@ -53,6 +58,9 @@ from llmsched_gym.workloads.relquery import DATASETS, QUERY_TYPES, relquery_jobs
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+"""The committed results (written only with ``--update``)."""
+DEFAULT_OUT = HERE.parents[1] / "out" / "leaderboard" / "reproduce" / "relserve"
+EXPERIMENTS = HERE / "experiments.yaml"
 
 OPT_RATES = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 """Table 6's loads for OPT-13B (Fig. 9's x-axis values are not given in the text)."""
@@ -87,11 +95,21 @@ SARATHI_BUDGET = 2048
 (``vllm/config.py:1433-1445`` of ``CSLabor/vllm_relserve@f643fc5``); ``entrypoint.sh`` passes no
 budget, so Sarathi's chunk is 2048 for every model (vLLM's is ``max_model_len``)."""
 
-TABLE6_E2E = {0.5: 202.2, 0.6: 171.1, 0.7: 158.1, 0.8: 156.4, 0.9: 152.6, 1.0: 146.7}
-"""RelServe's end-to-end service duration (s) on OPT-13B / Beer, Table 6."""
+TABLE6_E2E = {float(k): float(v) for k, v in
+              paper_table(EXPERIMENTS, "table6-e2e", "paper_e2e_s").items()}  # fmt: skip
+"""RelServe's end-to-end service duration (s) on OPT-13B / Beer per load, Table 6."""
 
-PAPER_HIT_RATIO = 0.38
+PAPER_HIT_RATIO = float(paper_value(EXPERIMENTS, "fig4-hit-ratio")["value"])
 """§3.1 / Fig. 4 (OPT-13B, Amazon, 1.0 rQ/s): average prefix-cache hit ratio of relQueries."""
+
+VS_VLLM = tuple(paper_value(EXPERIMENTS, "vs-vllm")["value"])
+"""Fig. 9: RelServe's mean-latency gain over vLLM at the largest load (low, high)."""
+VS_SP = tuple(paper_value(EXPERIMENTS, "vs-sp")["value"])
+"""Fig. 9: RelServe's gain over vLLM-SP (low, high)."""
+SP_VLLM = float(paper_value(EXPERIMENTS, "sp-vs-vllm")["value"])
+"""Fig. 9: vLLM-SP's average gain over vLLM (the band is this ± 0.3, then ±30%)."""
+FIG5_SPLIT = str(paper_value(EXPERIMENTS, "fig5-core-tail")["text"])
+"""Fig. 5: vLLM's core:tail split (OPT-13B, Amazon, 1.0 rQ/s)."""
 
 
 def _policy(name: str, pred):
@@ -335,23 +353,27 @@ def findings(rows: list[dict]) -> str:
     lines = [
         "| finding | paper | ours | verdict |",
         "|---|---|---|---|",
-        f"| Fig. 4: prefix-cache hit ratio per relQuery (vLLM, OPT/Amazon 1.0 rQ/s) | 38% | "
+        "| Fig. 4: prefix-cache hit ratio per relQuery (vLLM, OPT/Amazon 1.0 rQ/s) | "
+        f"{100 * PAPER_HIT_RATIO:.0f}% | "
         f"{fig4_s} | {fig4_v} |",
         f"| Table 6: RelServe service duration E2E on OPT/Beer, ours/paper (s) per load | "
-        f"202-147 s | {t6_s} | {t6_v} |",
-        f"| RelServe vs vLLM at the largest load | 2.3-3.1x | {_span(vs_vllm)} | "
-        f"{verdict(vs_vllm, 2.3, 3.1)} |",
-        f"| RelServe vs vLLM-SP at the largest load | 1.4-2.2x | {_span(vs_sp)} | "
-        f"{verdict(vs_sp, 1.4, 2.2)} |",
-        f"| vLLM-SP vs vLLM at the largest load | 1.6x (avg) | {_span(sp_vllm)} "
-        f"(avg {np.mean(sp_vllm):.2f}x) | {verdict(sp_vllm, 1.3, 1.9)} |",
+        f"{max(TABLE6_E2E.values()):.0f}-{min(TABLE6_E2E.values()):.0f} s | {t6_s} | {t6_v} |",
+        f"| RelServe vs vLLM at the largest load | {VS_VLLM[0]:g}-{VS_VLLM[1]:g}x | "
+        f"{_span(vs_vllm)} | {verdict(vs_vllm, *VS_VLLM)} |",
+        f"| RelServe vs vLLM-SP at the largest load | {VS_SP[0]:g}-{VS_SP[1]:g}x | "
+        f"{_span(vs_sp)} | {verdict(vs_sp, *VS_SP)} |",
+        f"| vLLM-SP vs vLLM at the largest load | {SP_VLLM:g}x (avg) | {_span(sp_vllm)} "
+        f"(avg {np.mean(sp_vllm):.2f}x) | "
+        f"{verdict(sp_vllm, round(SP_VLLM - 0.3, 9), round(SP_VLLM + 0.3, 9))} |",
         f"| Sarathi vs vLLM (latency ratio) | similar (~1x) | {_span(sar_vllm)} | "
         f"{'reproduced' if all(0.8 <= x <= 1.25 for x in sar_vllm) else 'not reproduced'} |",
-        f"| vLLM core:tail (Fig. 5: OPT/Amazon 1.0 rQ/s, mean of per-relQuery shares) | 54:46 | "
+        "| vLLM core:tail (Fig. 5: OPT/Amazon 1.0 rQ/s, mean of per-relQuery shares) | "
+        f"{FIG5_SPLIT} | "
         f"{fig5_s} | "
         f"{'n/a' if fig5 is None else 'reproduced' if 0.45 <= fig5 <= 0.65 else 'not reproduced'}"
         " |",
-        f"| vLLM core:tail, ratio of mean times (each setting's top load) | 54:46 | {split_s} | "
+        f"| vLLM core:tail, ratio of mean times (each setting's top load) | {FIG5_SPLIT} | "
+        f"{split_s} | "
         f"{'reproduced' if all(45 <= x <= 65 for x in splits) else 'not reproduced'} |",
         f"| Fig. 10: RelServe <= PP and DP at every load | all settings | {abl_ok}/{abl_n} "
         f"points | {'reproduced' if abl_n and abl_ok == abl_n else 'partly' if abl_ok else 'n/a'}"
@@ -409,8 +431,22 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument("--rates", default=None, help="comma list overriding the setting's loads")
     ap.add_argument("--tag", default=None, help="append -TAG to the CSV and findings names")
+    ap.add_argument(
+        "--out", type=Path, default=None,
+        help="output folder (default out/leaderboard/reproduce/relserve/ under the repository)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--update", action="store_true", help="write into the committed results/ instead"
+    )
+    ap.add_argument(
+        "--no-report", action="store_true",
+        help="only the CSVs, no findings table (parallel units; a --report run follows)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.update and args.out:
+        ap.error("--update writes into results/; drop --out")
+    out = RESULTS if args.update else (args.out or DEFAULT_OUT)
+    out.mkdir(parents=True, exist_ok=True)
     if args.quick:
         plan = {"opt-amazon": [0.5, 1.0]}
         nq, suffix = 40, "-quick"
@@ -428,14 +464,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.report:
             break
         rows = run_setting(setting, rates, nq, not args.no_ablation, args.workload)
-        with open(RESULTS / f"{setting}{suffix}.csv", "w", newline="") as f:
+        with open(out / f"{setting}{suffix}.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS)
             w.writeheader()
             w.writerows(rows)
-    paths = [RESULTS / f"{s}{suffix}.csv" for s in SETTINGS]
+    if args.no_report:
+        return 0
+    paths = [out / f"{s}{suffix}.csv" for s in SETTINGS]
     paths = [p for p in paths if p.exists()]
     table = findings(_read(paths))
-    (RESULTS / f"findings{suffix}.md").write_text(table)
+    (out / f"findings{suffix}.md").write_text(table)
     print(table)
     return 0
 

@@ -29,10 +29,6 @@ def leaderboards_root(given: str | None = None) -> Path:
     return root
 
 
-def _task_folder(task: str) -> str:
-    return task.lower()
-
-
 def _suite(args: argparse.Namespace) -> Any:
     from llmsched_gym.leaderboard.suite import load_suite
 
@@ -317,7 +313,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument(
         "--update",
         action="store_true",
-        help="write the tables into leaderboards/<task>/README.md and LEADERBOARD.png",
+        help="write the tables into leaderboards/<task>/README.md and leaderboard.png",
     )
     _common(q, workers=False)
     q.set_defaults(func=_cmd_show)
+
+    from llmsched_gym.leaderboard import reproduce
+
+    reproduce.add_parser(lsub)
