@@ -25,6 +25,10 @@ PAPERS = {
     "vllm-sp": "RelServe (Zhang et al., PVLDB), its vLLM-SP baseline (static relQuery priority)",
     "infermax:evict-short": "Optimizing LLM Inference for Database Systems: Cost-Aware "
     "Scheduling for Concurrent Requests (Kim et al., InferMax), §6",
+    "proserve": "ProServe: Unified Multi-Priority Request Scheduling for LLM Serving (Huang et "
+    "al., arXiv 2512.12928), Alg. 1 SlideBatching",
+    "hexgen-pq": "HexGen-Text2SQL: Optimizing LLM Inference Request Scheduling for Agentic "
+    "Text-to-SQL Workflows (Peng et al.), Eq. 5-7 urgency queue",
     "gorouting": "ProServe: Unified Multi-Priority Request Scheduling for LLM Serving (Huang et "
     "al., arXiv 2512.12928), Alg. 2",
     "hexgen-wb": "HexGen-Text2SQL: Optimizing LLM Inference Request Scheduling for Agentic "

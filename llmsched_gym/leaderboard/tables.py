@@ -54,7 +54,8 @@ def leaderboard_rows(
 
     def key(r: dict[str, Any]) -> tuple:
         value = r["score"].value
-        return (r["num_failed"] > 0, r["oracle"], -(value if math.isfinite(value) else -1e9))
+        finite = value if math.isfinite(value) else -1e9
+        return (r["num_failed"] > 0, r["oracle"], -finite, r["method"] != task.reference)
 
     return sorted(out, key=key)
 
