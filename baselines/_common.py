@@ -38,6 +38,44 @@ def parser(description: str, env_id: str, overrides: dict[str, Any]) -> argparse
     return p
 
 
+def add_suite_arguments(
+    p: argparse.ArgumentParser,
+    task: str,
+    scenarios: tuple[str, ...],
+    sources: tuple[str, ...],
+    submission: Path,
+) -> None:
+    """Suite mode's arguments: train on a suite's train workloads and write a submission."""
+    p.add_argument(
+        "--suite",
+        default=None,
+        help=f"train on this benchmark suite's {task} train workloads and write a submission",
+    )
+    p.add_argument(
+        "--scenarios",
+        type=lambda text: tuple(text.split(",")),
+        default=scenarios,
+        help="suite mode: comma-separated suite scenario ids to train on",
+    )
+    p.add_argument(
+        "--sources",
+        type=lambda text: tuple(text.split(",")),
+        default=sources,
+        help="suite mode: comma-separated sources to train on (train splits only)",
+    )
+    p.add_argument(
+        "--submission", type=Path, default=submission, help="suite mode: submission folder"
+    )
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that ran ``script`` with ``argv`` (the process's own arguments if None)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join(["python", f"baselines/{script}", *args])
+
+
 def quiet_logger(model: Any) -> Any:
     """Give ``model`` a logger that writes nothing.
 
