@@ -128,3 +128,10 @@ def test_committed_cem_submission_loads_its_weights(suite) -> None:
 def test_committed_cem_submission_validates_on_the_quick_subset() -> None:
     assert validate_submission(PRIORITY / "cem-linear", quick=True) == []
 
+
+@pytest.mark.slow
+def test_committed_ppo_submission_validates_on_the_quick_subset() -> None:
+    pytest.importorskip("stable_baselines3", reason="the PPO submission needs the [rl] extra")
+    folder = PRIORITY / "ppo"
+    assert (folder / "model.zip").stat().st_size < 1_000_000
+    assert validate_submission(folder, quick=True) == []
