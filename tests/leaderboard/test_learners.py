@@ -135,3 +135,13 @@ def test_committed_ppo_submission_validates_on_the_quick_subset() -> None:
     folder = PRIORITY / "ppo"
     assert (folder / "model.zip").stat().st_size < 1_000_000
     assert validate_submission(folder, quick=True) == []
+
+
+def test_select_suite_workloads_are_train_split_only(suite) -> None:
+    mppo = _load("maskable_ppo_select")
+    workloads = TrainWorkloads(suite, "Select", mppo.SUITE_SCENARIOS, mppo.SUITE_SOURCES)
+    test_ids = {w.id.replace("/test/", "/") for w in suite.workloads("test", tasks=["Select"])}
+    for w in (w for i in (0, 1, 999, 1000) for w in workloads.batch(i)):
+        assert w.split == "train" and w.task == "Select"
+        assert w.id.replace("/train/", "/") not in test_ids
+        assert w.overrides["engine.max_num_seqs"] == 16  # the capped instance of the task

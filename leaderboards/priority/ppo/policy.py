@@ -1,9 +1,10 @@
-"""The ppo submission: an SB3 PPO policy (Schulman et al., 2017, arXiv:1707.06347).
+"""The ppo submission: an SB3 PPO policy for the Priority task.
 
-``make`` loads ``model.zip`` next to this file, written by
-``python baselines/ppo_priority.py --suite llmsched-v1``, on the CPU. The harness calls the
-model's ``predict`` with ``deterministic=True`` (the mean action), wrapped as
-``AgentPolicy(PriorityEnv, model)``.
+PPO: Schulman et al., 2017, arXiv:1707.06347.
+``make`` loads ``model.zip`` next to this file (written by
+``python baselines/ppo_priority.py --suite llmsched-v1``)
+on the CPU. The harness calls the model's ``predict`` with ``deterministic=True`` (and the
+action masks where the task has them), wrapped as ``AgentPolicy(<the Priority env>, model)``.
 """
 
 from __future__ import annotations
