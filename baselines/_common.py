@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,44 @@ def parser(description: str, env_id: str, overrides: dict[str, Any]) -> argparse
     )
     p.add_argument("--out", type=Path, default=None, help="result JSON (default: print only)")
     return p
+
+
+def add_suite_arguments(
+    p: argparse.ArgumentParser,
+    task: str,
+    scenarios: tuple[str, ...],
+    sources: tuple[str, ...],
+    submission: Path,
+) -> None:
+    """Suite mode's arguments: train on a suite's train workloads and write a submission."""
+    p.add_argument(
+        "--suite",
+        default=None,
+        help=f"train on this benchmark suite's {task} train workloads and write a submission",
+    )
+    p.add_argument(
+        "--scenarios",
+        type=lambda text: tuple(text.split(",")),
+        default=scenarios,
+        help="suite mode: comma-separated suite scenario ids to train on",
+    )
+    p.add_argument(
+        "--sources",
+        type=lambda text: tuple(text.split(",")),
+        default=sources,
+        help="suite mode: comma-separated sources to train on (train splits only)",
+    )
+    p.add_argument(
+        "--submission", type=Path, default=submission, help="suite mode: submission folder"
+    )
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that ran ``script`` with ``argv`` (the process's own arguments if None)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join(["python", f"baselines/{script}", *args])
 
 
 def quiet_logger(model: Any) -> Any:
@@ -165,4 +204,157 @@ def write(result: dict[str, Any], out: Path | None, started: float) -> dict[str,
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
+    return result
+
+
+SB3_POLICY_PY = '''"""The {method} submission: an SB3 {name} policy for the {task} task.
+
+{name}: {citation}.
+``make`` loads ``model.zip`` next to this file (written by
+``python baselines/{script} --suite {suite}``)
+on the CPU. The harness calls the model's ``predict`` with ``deterministic=True`` (and the
+action masks where the task has them), wrapped as ``AgentPolicy(<the {task} env>, model)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def make(task: str = "{task}") -> Any:
+    """The trained {name} model for the {task} task (the only task it was trained for)."""
+    if task != "{task}":
+        raise ValueError(f"{method} is a {task} agent; got task {{task!r}}")
+    import torch  # optional heavy dependencies (the [rl] extra)
+    from {module} import {name}
+
+    torch.set_num_threads(1)
+    return {name}.load(Path(__file__).with_name("model.zip"), device="cpu")
+'''
+"""``policy.py`` of an SB3 submission (``str.format`` fields)."""
+
+
+def train_sb3_on_suite(
+    args: Any,
+    argv: list[str] | None,
+    *,
+    algorithm: type,
+    citation: str,
+    task: str,
+    script: str,
+) -> dict[str, Any]:
+    """Suite mode of the SB3 recipes: train on a suite's train workloads, write a submission.
+
+    Two ``TrainWorkloadEnv`` environments reset onto the train workloads of ``args.scenarios``
+    x ``args.sources`` in a fixed cycle (each checked to be of the train split); ``algorithm``
+    (PPO or MaskablePPO) trains a ``MultiInputPolicy`` with two hidden layers of
+    ``args.hidden`` units for ``args.timesteps`` steps on one torch thread. Writes
+    ``model.zip``, ``policy.py``, ``submission.yaml`` and ``train.json`` (command, seed, steps,
+    wall and CPU time, seeds used, and the score against vllm-v1 on the next unseen train seeds)
+    to ``args.submission``; ``results.csv`` is the harness's and the README is written by hand.
+    """
+    import torch
+    import yaml
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from llmsched_gym.leaderboard.suite import load_suite
+    from llmsched_gym.leaderboard.training import (
+        TrainWorkloadEnv,
+        TrainWorkloads,
+        env_class,
+        reset_seed,
+    )
+
+    torch.set_num_threads(1)  # a tiny MLP: one thread is fastest and leaves the other core free
+    started, cpu_started = time.perf_counter(), time.process_time()
+    suite = load_suite(args.suite)
+    workloads = TrainWorkloads(suite, task, args.scenarios, args.sources)
+    envs = [TrainWorkloadEnv(workloads, start=i, stride=2) for i in range(2)]
+    venv = DummyVecEnv([lambda e=e: e for e in envs])
+    venv.seed(args.seed)
+    arch = [args.hidden, args.hidden]
+    n_steps, batch_size = 512, 128
+    model = algorithm(
+        "MultiInputPolicy",
+        venv,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        seed=args.seed,
+        verbose=0,
+        device="cpu",
+        policy_kwargs={"net_arch": {"pi": arch, "vf": arch}},
+    )
+    quiet_logger(model)
+    model.learn(total_timesteps=args.timesteps, callback=progress_callback(algorithm.__name__, args.timesteps))
+    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+    folder = args.submission
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(folder / "model.zip")
+    # Each group's seeds are a prefix of its train seeds 0, 1, 2, ...: the two environments run
+    # through the cycle at their own pace, so the group with shorter episodes gets further.
+    per_group: dict[str, set[int]] = {f"{sc}/{src}": set() for sc, src in workloads.groups}
+    for w in (w for e in envs for w in e.seen):
+        per_group[f"{w.scenario_id}/{w.source}"].add(w.seed)
+    seed_ranges = {g: f"{min(s)}-{max(s)}" if s else "none" for g, s in per_group.items()}
+    # The next unseen train seeds: a check on the train distribution (the held-out score is the
+    # harness's), as the geometric mean of vllm-v1's total latency over the model's.
+    last = max(max(s, default=0) for s in per_group.values())
+    check = workloads.batch(last + 1)  # batch i is train seed i of each group (per_group 1)
+    logs = []
+    for w in check:
+        sc = w.scenario()
+        task_env = env_class(task)(scenario=sc)
+        seed = reset_seed(w, sc)
+        mine = E.rollout(task_env, model, seed=seed)["return"]
+        ref = E.rollout(task_env, E.PolicyAgent(make_policy("vllm-v1")), seed=seed)["return"]
+        logs.append(math.log(ref / mine))
+    name = algorithm.__name__
+    result = {
+        "algorithm": f"{name} ({citation}), SB3 MultiInputPolicy",
+        "suite": suite.version,
+        "task": task,
+        "command": command_line(script, argv),
+        "seed": args.seed,
+        "timesteps": int(model.num_timesteps),
+        "episodes": sum(len(e.seen) for e in envs),
+        "net_arch": arch,
+        "n_envs": len(envs),
+        "n_steps": n_steps,
+        "batch_size": batch_size,
+        "train_seeds": seed_ranges,
+        "wall_s": round(wall_s, 1),
+        "cpu_s": round(cpu_s, 1),
+        "model_bytes": (folder / "model.zip").stat().st_size,
+        "train_check": {
+            "workloads": [w.id for w in check],
+            "score_vs_vllm_v1": round(math.exp(sum(logs) / len(logs)), 4),
+        },
+    }
+    (folder / "train.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    policy_py = SB3_POLICY_PY.format(
+        method=folder.name,
+        name=name,
+        citation=citation,
+        task=task,
+        script=script,
+        suite=suite.version,
+        module=algorithm.__module__.split(".")[0],
+    )
+    (folder / "policy.py").write_text(policy_py)
+    meta = {
+        "suite": suite.version,
+        "task": task,
+        "method": folder.name,
+        "policy": "policy.py:make",
+        "oracle": False,
+        "paper": None,
+        "training": (
+            f"{name} ({citation}; SB3 MultiInputPolicy, {arch} MLPs), "
+            f"{result['timesteps']:,} steps on {suite.version} {task} train workloads only: "
+            + ", ".join(f"{g} seeds {r}" for g, r in seed_ranges.items())
+        ),
+    }
+    (folder / "submission.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=1000))
+    print(json.dumps(result, indent=2))
     return result

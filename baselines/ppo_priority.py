@@ -7,6 +7,21 @@ their own rates everything fits and every policy, random included, gets the same
 Evaluated on five held-out workload seeds against vllm-v1 and a random agent.
 
     python baselines/ppo_priority.py --timesteps 20000 --out baselines/results/ppo_priority.json
+
+**Suite mode** (``--suite llmsched-v1``) trains for the benchmark's leaderboard on the suite's
+Priority train workloads only and writes a submission folder (``--submission``, default
+``leaderboards/priority/ppo``): ``model.zip`` (a small ``MultiInputPolicy``, two hidden layers
+of ``--hidden`` units for the actor and the critic), ``policy.py``, ``submission.yaml`` and
+``train.json`` (command, seed, steps, wall and CPU time; the README is written by hand). Two
+environments (``TrainWorkloadEnv``) reset onto the train workloads of the ``chat-knee`` and
+``chat-overload`` scenarios and the ``sharegpt`` and ``azure-conv`` sources in a fixed cycle
+(``TrainWorkloads.cycle``: train seed 0 of each of the four groups, then seed 1, ...;
+environment ``i`` takes every second one from the ``i``-th);
+every workload is checked to be of the train split, so no test workload (seeds 1000+, the
+second half hour of the Azure trace, the azure-code and arxiv traces) is ever run::
+
+    python baselines/ppo_priority.py --suite llmsched-v1 --timesteps 100000
+    llmsched-gym leaderboard evaluate leaderboards/priority/ppo --task Priority --update
 """
 
 from __future__ import annotations
@@ -19,11 +34,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gymnasium as gym  # noqa: E402
-from _common import evaluate, parser, progress_callback, quiet_logger, write  # noqa: E402
+from _common import (  # noqa: E402
+    add_suite_arguments,
+    evaluate,
+    parser,
+    progress_callback,
+    quiet_logger,
+    train_sb3_on_suite,
+    write,
+)
 
 import llmsched_gym.envs  # noqa: E402,F401 - registers the ids
 
 DEFAULT_OVERRIDES = {"workload.num_requests": 200}
+SUITE_SCENARIOS = ("chat-knee", "chat-overload")
+"""Suite mode's training scenarios (the same as ``cem_priority.py``'s)."""
+SUITE_SOURCES = ("sharegpt", "azure-conv")
+"""Suite mode's training sources: the two Priority sources with a train split."""
+SUBMISSION = Path(__file__).resolve().parents[1] / "leaderboards" / "priority" / "ppo"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -32,7 +60,19 @@ def main(argv: list[str] | None = None) -> dict:
     from stable_baselines3.common.env_util import make_vec_env
 
     env_id = "llmsched/Priority-ChatSharegptOverload-v0"
-    args = parser(__doc__.splitlines()[0], env_id, {}).parse_args(argv)
+    p = parser(__doc__.splitlines()[0], env_id, {})
+    add_suite_arguments(p, "Priority", SUITE_SCENARIOS, SUITE_SOURCES, SUBMISSION)
+    p.add_argument("--hidden", type=int, default=32, help="suite mode: units per hidden layer")
+    args = p.parse_args(argv)
+    if args.suite is not None:
+        return train_sb3_on_suite(
+            args,
+            argv,
+            algorithm=PPO,
+            citation="Schulman et al., 2017, arXiv:1707.06347",
+            task="Priority",
+            script="ppo_priority.py",
+        )
     overrides = json.loads(args.overrides) or DEFAULT_OVERRIDES
     started = time.perf_counter()
     venv = make_vec_env(
