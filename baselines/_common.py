@@ -286,7 +286,8 @@ def train_sb3_on_suite(
         policy_kwargs={"net_arch": {"pi": arch, "vf": arch}},
     )
     quiet_logger(model)
-    model.learn(total_timesteps=args.timesteps, callback=progress_callback(algorithm.__name__, args.timesteps))
+    progress = progress_callback(algorithm.__name__, args.timesteps)
+    model.learn(total_timesteps=args.timesteps, callback=progress)
     wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     folder = args.submission
     folder.mkdir(parents=True, exist_ok=True)
