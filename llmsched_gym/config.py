@@ -40,6 +40,11 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0
     """When > 0 and more than one request is running or waiting, cap each request's new tokens
     per step at this value (vLLM's partial-prefill knob); 0 disables the cap."""
+    async_scheduling: bool = False
+    """Schedule step N+1 before step N's output is known, as vLLM's ``AsyncScheduler`` does
+    (vLLM 0.32.0 ``--async-scheduling``; its default on GPUs). Off by default: the simulator's
+    published figures and the reference behaviour are vLLM's synchronous ``Scheduler``, which is
+    what a CPU engine and ``async_scheduling=False`` run. See README, "Async scheduling"."""
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks"):
@@ -59,6 +64,10 @@ class EngineConfig:
             raise ConfigError(
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
                 f"got {self.scheduling_policy!r}"
+            )
+        if not isinstance(self.async_scheduling, bool):
+            raise ConfigError(
+                f"async_scheduling must be true or false, got {self.async_scheduling!r}"
             )
         t = self.long_prefill_token_threshold
         if isinstance(t, bool) or not isinstance(t, int) or t < 0:

@@ -33,6 +33,9 @@ ENGINE_HELP = {
     "priority (lower 'priority' first, then arrival; vLLM --scheduling-policy; default fcfs)",
     "long_prefill_token_threshold": "cap on one request's new tokens per step when more than one "
     "request is running or waiting; 0 disables (vLLM --long-prefill-token-threshold)",
+    "async_scheduling": "schedule step N+1 before step N's output is known, as vLLM's "
+    "AsyncScheduler (vLLM --async-scheduling, its GPU default); default off: vLLM's "
+    "synchronous scheduler",
 }
 
 
@@ -45,7 +48,7 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     for key in EngineConfig.keys():
         flag = "--" + key.replace("_", "-")
-        if key == "enable_prefix_caching":
+        if key in ("enable_prefix_caching", "async_scheduling"):
             g.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=ENGINE_HELP[key]
             )
