@@ -36,7 +36,8 @@ def _run(specs: list[RequestSpec], **config) -> tuple[list[dict], Engine]:
 
 @pytest.mark.parametrize("value", ["yes", 1, None])
 def test_bad_value_names_key_and_value(value) -> None:
-    with pytest.raises(ConfigError, match=rf"async_scheduling must be true or false, got {value!r}"):
+    message = rf"async_scheduling must be true or false, got {value!r}"
+    with pytest.raises(ConfigError, match=message):
         EngineConfig(async_scheduling=value)
     with pytest.raises(ConfigError, match="async_scheduling"):
         EngineConfig.from_dict({"async_scheduling": value})
@@ -110,3 +111,19 @@ def test_simulate_async_records() -> None:
     assert result.summary["num_requests"] == 6
     assert result.config.async_scheduling is True
     assert int(result.steps["num_finished"].sum()) == 6
+
+
+def test_environments_reject_async() -> None:
+    pytest.importorskip("gymnasium")
+    from llmsched_gym.envs.priority_v0 import PriorityEnv
+
+    with pytest.raises(ConfigError, match=r"engine\.async_scheduling=True is not supported"):
+        PriorityEnv(scenario_overrides={"engine.async_scheduling": True}, max_requests=4)
+
+
+def test_live_backend_rejects_async() -> None:
+    from llmsched_gym.backends.vllm.engine import LiveEngineConfig
+
+    engine = EngineConfig(block_size=32, num_gpu_blocks=64, async_scheduling=True)
+    with pytest.raises(ConfigError, match=r"async_scheduling=True is not supported by the live"):
+        LiveEngineConfig(engine=engine)

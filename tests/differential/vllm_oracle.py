@@ -365,8 +365,8 @@ def build_scheduler(
             (``platforms/cpu.py``), so it is set again afterwards, as a GPU platform leaves it.
 
     Returns:
-        A ``Scheduler`` (or ``AsyncScheduler``) over ``settings.num_gpu_blocks`` blocks (block 0 is vLLM's null block)
-        in one full-attention KV cache group.
+        A ``Scheduler`` (or ``AsyncScheduler``) over ``settings.num_gpu_blocks`` blocks (block 0
+        is vLLM's null block) in one full-attention KV cache group.
 
     Raises:
         OracleError: If vLLM changed a setting it was given (e.g. a platform override).
