@@ -55,8 +55,9 @@ import json
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import cython
+
 from llmsched_gym.core.request import Request, RequestStatus
-from llmsched_gym.errors import PolicyError
 
 if TYPE_CHECKING:
     from llmsched_gym.core.engine import Engine, StepContext
@@ -65,6 +66,7 @@ BATCH_QUEUE_SIZE = 2
 """vLLM 0.32.0's batch queue depth under async scheduling (``max_concurrent_batches``)."""
 
 _RUNNING = RequestStatus.RUNNING
+_FINISHED = RequestStatus.FINISHED
 
 
 class _Batch:
@@ -75,7 +77,7 @@ class _Batch:
     def __init__(
         self,
         scheduled: dict[Request, int],
-        samplers: set[Request],
+        samplers: list[bool],
         start: float,
         end: float,
         line: dict[str, Any] | None,
@@ -84,7 +86,8 @@ class _Batch:
         self.scheduled = scheduled
         """Tokens per request in scheduling order (vLLM's ``num_scheduled_tokens``)."""
         self.samplers = samplers
-        """Requests that sample a token when the batch runs (not a partial prefill chunk)."""
+        """Per entry of ``scheduled``: whether it samples a token when the batch runs (it is
+        not a partial prefill chunk)."""
         self.start = start
         self.end = end
         self.line = line
@@ -102,10 +105,6 @@ class AsyncLoop:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.placeholders: dict[Request, int] = {}
-        """vLLM's ``num_output_placeholders``: tokens in flight whose ids are not known yet."""
-        self.in_flight: dict[Request, int] = {}
-        """vLLM's ``num_in_flight_tokens``: scheduled tokens of batches not applied yet."""
         self.stale: dict[Request, int] = {}
         """vLLM's ``num_stale_output_tokens``: in-flight tokens scheduled before a preemption."""
         self.finished_since_schedule = False
@@ -113,6 +112,12 @@ class AsyncLoop:
         ``schedule()`` tells the workers."""
         self.queue: deque[_Batch] = deque()
         self.gpu_free = engine.now
+        policy = engine.policy
+        self.priority = policy.queue_policy(engine.config) == "priority"
+        """Priority queue and victims (else FCFS: the last admitted is preempted)."""
+        self.continue_after_self = self.priority and policy.preemption_rule == "0.33"
+        """vLLM 0.33's rule: a self-preempting request does not end the running phase."""
+        self.threshold = engine.config.long_prefill_token_threshold
 
     # -- the engine core ---------------------------------------------------------------------
     def has_requests(self) -> bool:
@@ -120,6 +125,7 @@ class AsyncLoop:
         eng = self.engine
         return bool(eng._running or eng.waiting or self.finished_since_schedule)
 
+    @cython.locals(eng="Engine")
     def run(self, progress: Any = None) -> None:
         """Run until every request finished (``progress(k)``: k more requests finished).
 
@@ -130,14 +136,23 @@ class AsyncLoop:
         queue = self.queue
         pending = eng._pending
         last_done = len(eng.finished)
-        while eng._next_arrival < len(pending) or self.has_requests() or queue:
-            if not self.has_requests() and not queue:
+        # ``has_requests()`` inlined: running, waiting, or finishes not yet reported.
+        while (
+            eng._next_arrival < len(pending)
+            or eng._running
+            or eng.waiting
+            or self.finished_since_schedule
+            or queue
+        ):
+            if not (eng._running or eng.waiting or self.finished_since_schedule or queue):
                 eng.now = max(eng.now, pending[eng._next_arrival].arrival_time)
             eng._admit_arrivals()
-            if self.has_requests():
+            if eng._running or eng.waiting or self.finished_since_schedule:
                 batch = self.schedule()
                 queue.append(batch)
-                if len(queue) < BATCH_QUEUE_SIZE and (batch.scheduled or self.has_requests()):
+                if len(queue) < BATCH_QUEUE_SIZE and (
+                    batch.scheduled or eng._running or eng.waiting or self.finished_since_schedule
+                ):
                     continue
             self.apply(queue.popleft())
             if progress is not None and len(eng.finished) != last_done:
@@ -145,6 +160,9 @@ class AsyncLoop:
                 last_done = len(eng.finished)
 
     # -- scheduling ----------------------------------------------------------------------------
+    @cython.locals(
+        eng="Engine", ctx="StepContext", req=Request, n=cython.long, c=cython.long, p=cython.long
+    )
     def schedule(self) -> _Batch:
         """One ``AsyncScheduler.schedule()`` call, queued as a batch."""
         eng = self.engine
@@ -163,18 +181,17 @@ class AsyncLoop:
         # vLLM's _update_after_schedule (+ AsyncScheduler's): advance computed tokens; a request
         # that is not a partial prefill chunk after it samples, so it gets a placeholder. The
         # chunk test counts the placeholders from before this batch.
-        samplers: set[Request] = set()
-        placeholders = self.placeholders
-        in_flight = self.in_flight
+        samplers: list[bool] = []
         for req, n in scheduled.items():
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
             req.num_computed_total += n
-            in_flight[req] = in_flight.get(req, 0) + n
-            p = placeholders.get(req, 0)
+            p = req.num_output_placeholders
             if c >= req.num_tokens + p:
-                samplers.add(req)
-                placeholders[req] = p + 1
+                samplers.append(True)
+                req.num_output_placeholders = p + 1
+            else:
+                samplers.append(False)
         line = row = None
         if scheduled or ctx.preempted:
             eng.num_preemptions += len(ctx.preempted)
@@ -209,23 +226,55 @@ class AsyncLoop:
                     "num_waiting": len(eng.waiting),
                     "num_free_blocks": num_free,
                 }
-        return _Batch(dict(scheduled), samplers, start, end, line, row)
+        # ctx._begin gives the next step a new dict: the batch keeps this one.
+        return _Batch(scheduled, samplers, start, end, line, row)
 
+    @cython.locals(
+        eng="Engine",
+        kv="KVCacheManager",
+        req=Request,
+        running=list,
+        scheduled=dict,
+        caching=cython.bint,
+        priority=cython.bint,
+        bs=cython.long,
+        budget=cython.long,
+        threshold=cython.long,
+        tokens=cython.long,
+        attn=cython.long,
+        dkv=cython.long,
+        pkv=cython.long,
+        n_pre=cython.long,
+        n_dec=cython.long,
+        i=cython.long,
+        p=cython.long,
+        c=cython.long,
+        n=cython.long,
+        end=cython.long,
+        t=cython.long,
+    )
     def _running_phase(self, ctx: StepContext) -> None:
-        """vLLM 0.32.0 ``Scheduler.schedule``, first phase, with async placeholders."""
+        """vLLM 0.32.0 ``Scheduler.schedule``, first phase, with async placeholders.
+
+        ``num_new = num_tokens + placeholders - num_computed`` (a request with a token in flight
+        is scheduled for the next one); the step's cost features are summed locally and added
+        to ``ctx`` at the end (``ctx.preempt`` takes a victim's share off ``ctx`` directly).
+        """
         eng = self.engine
         kv = eng._kv
         policy = eng.policy
-        priority = policy.queue_policy(eng.config) == "priority"
-        continue_after_self = priority and getattr(policy, "preemption_rule", "0.32") == "0.33"
-        threshold = eng.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
-        placeholders = self.placeholders
+        priority = self.priority
+        threshold = self.threshold if ctx.num_eligible > 1 else 0
         running = ctx.running
         scheduled = ctx.scheduled
+        caching = kv.enable_caching
+        bs = kv.block_size
+        budget = ctx.token_budget
+        tokens = attn = dkv = pkv = n_pre = n_dec = 0
         i = 0
-        while i < len(running) and ctx.token_budget > 0:
+        while i < len(running) and budget > 0:
             req = running[i]
-            p = placeholders.get(req, 0)
+            p = req.num_output_placeholders
             c = req.num_computed_tokens
             # The max_tokens guard: the token in flight surely is the last one allowed.
             if p > 0 and c + 2 - p >= req.num_prompt_tokens + req.max_tokens:
@@ -234,31 +283,59 @@ class AsyncLoop:
             n = req.num_tokens + p - c
             if 0 < threshold < n:
                 n = threshold
-            if n > ctx.token_budget:
-                n = ctx.token_budget
+            if n > budget:
+                n = budget
             if n <= 0:
                 i += 1
                 continue
-            ok = True
-            while kv.allocate_slots(req, n) is None:
-                if priority:
-                    victim = max(running, key=policy.victim_key)
-                    if running.index(victim) < i:
-                        i -= 1
-                else:
-                    victim = running[-1]
-                self._preempt(ctx, victim)
-                if victim is req:
-                    ok = False
+            end = c + n
+            if end <= len(req.blocks) * bs:
+                # The slots exist: allocate_slots would only register newly full known blocks.
+                if caching:
+                    t = req.num_tokens
+                    if end < t:
+                        t = end
+                    if t // bs > req.num_cached_blocks:
+                        kv.cache_blocks(req, t)
+            elif kv.allocate_slots(req, n) is None:
+                ok = True
+                ctx.token_budget = budget
+                while True:
+                    if priority:
+                        victim = max(running, key=policy.victim_key)
+                        if running.index(victim) < i:
+                            i -= 1
+                    else:
+                        victim = running[-1]
+                    self._preempt(ctx, victim)
+                    if victim is req:
+                        ok = False
+                        break
+                    if kv.allocate_slots(req, n) is not None:
+                        break
+                budget = ctx.token_budget
+                if not ok:
+                    if self.continue_after_self:
+                        continue
                     break
-            if not ok:
-                if continue_after_self:
-                    continue
-                break
             scheduled[req] = n
-            ctx._account(c, n, 1)
-            ctx.token_budget -= n
+            budget -= n
+            tokens += n
+            if n == 1:
+                dkv += c
+                n_dec += 1
+            else:
+                attn += n * n + 2 * c * n
+                pkv += c
+                n_pre += 1
             i += 1
+        ctx.token_budget = budget
+        ctx._tokens += tokens
+        ctx._prefill_attn += attn
+        ctx._decode_kv += dkv
+        ctx._prefill_kv += pkv
+        ctx._num_prefill += n_pre
+        ctx._num_decode += n_dec
 
     def _preempt(self, ctx: StepContext, req: Request) -> None:
         """``StepContext.preempt`` plus vLLM's async bookkeeping (``_preempt_request``).
@@ -267,8 +344,11 @@ class AsyncLoop:
         placeholders are zeroed; ``refill_tokens`` is the sequence known at preemption.
         """
         ctx.preempt(req)
-        self.placeholders.pop(req, None)
-        stale = self.in_flight.get(req, 0)
+        req.num_output_placeholders = 0
+        # vLLM's num_in_flight_tokens: its tokens in the batches queued, not applied yet.
+        stale = 0
+        for batch in self.queue:
+            stale += batch.scheduled.get(req, 0)
         if stale:
             self.stale[req] = stale
 
@@ -303,35 +383,63 @@ class AsyncLoop:
                 break
 
     # -- outputs -------------------------------------------------------------------------------
+    @cython.locals(
+        eng="Engine",
+        kv="KVCacheManager",
+        req=Request,
+        caching=cython.bint,
+        bs=cython.long,
+        stale=dict,
+        finished=list,
+        itl_values=list,
+        itl_weights=list,
+        samplers=list,
+        same_gap=cython.long,
+        k=cython.long,
+        n=cython.long,
+        s=cython.long,
+        o=cython.long,
+        p=cython.long,
+        t=cython.long,
+        samples=cython.bint,
+        is_stale=cython.bint,
+    )
     def apply(self, batch: _Batch) -> None:
-        """Apply a batch's output: vLLM 0.32.0 ``Scheduler.update_from_output`` (async)."""
+        """Apply a batch's output: vLLM 0.32.0 ``Scheduler.update_from_output`` (async).
+
+        Tokens carry the batch's end time; inter-token gaps that equal the batch's duration
+        (the request's previous token came from the batch before) are counted in one entry.
+        """
         eng = self.engine
         kv = eng._kv
+        caching = kv.enable_caching
+        bs = kv.block_size
+        start = batch.start
         end = batch.end
         if end > eng.now:
             eng.now = end
-        placeholders = self.placeholders
-        in_flight = self.in_flight
         stale = self.stale
-        samplers = batch.samplers
         finished: list[Request] = []
+        itl_values = eng.itl_values
+        itl_weights = eng.itl_weights
+        same_gap = 0
+        k = 0
+        samplers = batch.samplers
         for req, n in batch.scheduled.items():
-            if req.status is RequestStatus.FINISHED:
+            samples = samplers[k]
+            k += 1
+            if req.status is _FINISHED:
                 continue  # finished while this batch ran: its output is dropped
-            left = in_flight[req] - n
-            if left:
-                in_flight[req] = left
-            else:
-                del in_flight[req]
             is_stale = False
-            s = stale.get(req, 0)
-            if s:
-                is_stale = True
-                if s > n:
-                    stale[req] = s - n
-                else:
-                    del stale[req]
-            if req not in samplers:
+            if stale:
+                s = stale.get(req, 0)
+                if s:
+                    is_stale = True
+                    if s > n:
+                        stale[req] = s - n
+                    else:
+                        del stale[req]
+            if not samples:
                 continue
             status_before = req.status
             req.num_tokens += 1
@@ -342,16 +450,25 @@ class AsyncLoop:
             last = req.last_token_time
             if last is None:
                 req.first_token_time = end
+            elif last == start:
+                same_gap += 1
             else:
-                eng.itl_values.append(end - last)
-                eng.itl_weights.append(1)
+                itl_values.append(end - last)
+                itl_weights.append(1)
             req.last_token_time = end
-            if not is_stale:
-                placeholders[req] -= 1
-            if status_before is _RUNNING and kv.enable_caching:
-                kv.cache_blocks(req, req.num_computed_tokens - placeholders[req])
+            p = req.num_output_placeholders
+            if not is_stale:  # zeroed at the preemption that made it stale
+                p -= 1
+                req.num_output_placeholders = p
+            if caching and status_before is _RUNNING:
+                t = req.num_computed_tokens - p
+                if t // bs > req.num_cached_blocks:  # a block became full and known
+                    kv.cache_blocks(req, t)
             if o >= req._output_len:
                 finished.append(req)
+        if same_gap:
+            itl_values.append(end - start)
+            itl_weights.append(same_gap)
         if finished:
             self._finish(finished, end)
         if batch.line is not None:
@@ -361,8 +478,6 @@ class AsyncLoop:
             batch.row["num_finished"] = len(finished)
             for key, value in batch.row.items():
                 eng._steps[key].append(value)
-        if finished and batch.line is None and batch.row is None and not batch.scheduled:
-            raise PolicyError(f"an empty batch finished {[r.request_id for r in finished]}")
 
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end`` in scheduling order: free blocks, leave their queue.
@@ -374,8 +489,7 @@ class AsyncLoop:
         self.finished_since_schedule = True
         running = eng._running
         for req in finished:
-            self.placeholders.pop(req, None)
-            self.in_flight.pop(req, None)
+            req.num_output_placeholders = 0
             self.stale.pop(req, None)
             if req.status is _RUNNING:
                 eng.running_tokens -= req.num_tokens - req.num_computed_tokens
