@@ -172,7 +172,8 @@ class AsyncLoop:
         self.finished_since_schedule = False
         self._running_phase(ctx)
         if not ctx.preempted:
-            self._waiting_phase(ctx)
+            # vLLM skips waiting requests whose stale output is still in flight.
+            eng.policy.schedule_waiting_phase(ctx, self.stale)
         scheduled = ctx.scheduled
         num_free = eng._kv.pool.num_free
         duration = eng._price(ctx) if scheduled else 0.0
@@ -351,36 +352,6 @@ class AsyncLoop:
             stale += batch.scheduled.get(req, 0)
         if stale:
             self.stale[req] = stale
-
-    def _waiting_phase(self, ctx: StepContext) -> None:
-        """vLLM 0.32.0 ``Scheduler.schedule``, second phase; stale requests are skipped."""
-        eng = self.engine
-        threshold = eng.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
-        running = ctx.running
-        waiting = ctx.waiting
-        stale = self.stale
-        # Queue order, skipping requests whose stale output is still in flight (vLLM skips
-        # them in place: they keep their queue positions). Without any, peek at the head.
-        candidates = iter(list(waiting)) if stale else None
-        while ctx.token_budget > 0 and waiting and len(running) < ctx.max_num_seqs:
-            if candidates is None:
-                req = waiting.peek()
-            else:
-                req = next(candidates, None)
-                if req is None:
-                    break
-                if req.status is _RUNNING:  # admitted by this loop
-                    continue
-                if req in stale:
-                    continue
-            if ctx.surely_blocked(req):
-                break
-            hit = ctx.lookup(req)
-            n = req.num_tokens - hit[1]
-            if 0 < threshold < n:
-                n = threshold
-            if ctx.admit(req, min(n, ctx.token_budget), hit=hit) is None:
-                break
 
     # -- outputs -------------------------------------------------------------------------------
     @cython.locals(
