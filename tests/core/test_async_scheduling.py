@@ -168,3 +168,13 @@ def test_compiled_and_pure_cores_agree(tmp_path) -> None:
             outs.append((proc.stdout, log.read_text()))
         assert outs[0] == outs[1]
         assert '"preempted": ["' in outs[0][1]  # the trace exercises preemption
+
+
+def test_bench_async_reports_ratios(capsys) -> None:
+    from llmsched_gym.bench import DECODE_PROFILE, bench_async, decode_heavy_trace
+
+    figures = bench_async([("decode-heavy tiny", decode_heavy_trace(6), DECODE_PROFILE)])
+    key = "decode-heavy tiny"
+    assert set(figures) == {f"{key}.async_vs_sync_steps", f"{key}.async_vs_sync_ff_steps"}
+    assert all(v > 0 for v in figures.values())
+    assert "async/sync step rate" in capsys.readouterr().out
