@@ -58,9 +58,13 @@ from typing import TYPE_CHECKING, Any
 import cython
 
 from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.errors import PolicyError
 
 if TYPE_CHECKING:
     from llmsched_gym.core.engine import Engine, StepContext
+
+_STALL_LIMIT = 10_000
+"""Consecutive empty schedules (no tokens, no preemption) that make the loop call a deadlock."""
 
 BATCH_QUEUE_SIZE = 2
 """vLLM 0.32.0's batch queue depth under async scheduling (``max_concurrent_batches``)."""
@@ -125,7 +129,7 @@ class AsyncLoop:
         eng = self.engine
         return bool(eng._running or eng.waiting or self.finished_since_schedule)
 
-    @cython.locals(eng="Engine")
+    @cython.locals(eng="Engine", idle=cython.long)
     def run(self, progress: Any = None) -> None:
         """Run until every request finished (``progress(k)``: k more requests finished).
 
@@ -136,6 +140,7 @@ class AsyncLoop:
         queue = self.queue
         pending = eng._pending
         last_done = len(eng.finished)
+        idle = 0
         # ``has_requests()`` inlined: running, waiting, or finishes not yet reported.
         while (
             eng._next_arrival < len(pending)
@@ -149,6 +154,16 @@ class AsyncLoop:
             eng._admit_arrivals()
             if eng._running or eng.waiting or self.finished_since_schedule:
                 batch = self.schedule()
+                if batch.scheduled or eng.ctx.preempted:
+                    idle = 0
+                else:
+                    idle += 1
+                    if idle > _STALL_LIMIT:
+                        raise PolicyError(
+                            f"async scheduling: {_STALL_LIMIT} consecutive schedules with "
+                            f"nothing scheduled, {len(eng.waiting)} waiting and "
+                            f"{len(eng._running)} running at t={eng.now:.3f} s (a deadlock)"
+                        )
                 queue.append(batch)
                 if len(queue) < BATCH_QUEUE_SIZE and (
                     batch.scheduled or eng._running or eng.waiting or self.finished_since_schedule
