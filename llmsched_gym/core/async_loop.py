@@ -43,10 +43,10 @@ output is applied: ``time`` is the batch's start, ``scheduled`` / ``new`` / ``re
 scheduling, ``finished`` lists the requests whose last token that batch's output delivered.
 ``step`` counts logged batches; so does ``Engine.num_steps``.
 
-Only the ``vllm-v1`` scheduler runs asynchronously (the scheduling rules above are vLLM's), only
-through ``Engine.run``, and without fast-forward: a decode stretch under async scheduling is not
-the closed form of the synchronous one (a batch's requests still hold placeholders), so it is
-stepped.
+Only the ``vllm-v1`` scheduler runs asynchronously (the scheduling rules above are vLLM's), and
+only through ``Engine.run``. With ``fast_forward`` on, steady decode stretches (one batch in
+flight, every running request decoding, nothing finishing, arriving or admissible) advance many
+batches at once (``_try_stretch``); logs and records are identical to stepping them.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import cython
 
+from llmsched_gym.core.engine import _max_steps_within_blocks
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.errors import PolicyError
 
@@ -129,7 +130,7 @@ class AsyncLoop:
         eng = self.engine
         return bool(eng._running or eng.waiting or self.finished_since_schedule)
 
-    @cython.locals(eng="Engine", idle=cython.long)
+    @cython.locals(eng="Engine", idle=cython.long, fast_forward=cython.bint)
     def run(self, progress: Any = None) -> None:
         """Run until every request finished (``progress(k)``: k more requests finished).
 
@@ -141,6 +142,7 @@ class AsyncLoop:
         pending = eng._pending
         last_done = len(eng.finished)
         idle = 0
+        fast_forward = eng.fast_forward and eng.policy.fast_forward_safe
         # ``has_requests()`` inlined: running, waiting, or finishes not yet reported.
         while (
             eng._next_arrival < len(pending)
@@ -152,6 +154,8 @@ class AsyncLoop:
             if not (eng._running or eng.waiting or self.finished_since_schedule or queue):
                 eng.now = max(eng.now, pending[eng._next_arrival].arrival_time)
             eng._admit_arrivals()
+            if fast_forward and len(queue) == 1 and self._try_stretch():
+                continue
             if eng._running or eng.waiting or self.finished_since_schedule:
                 batch = self.schedule()
                 if batch.scheduled or eng.ctx.preempted:
@@ -173,6 +177,223 @@ class AsyncLoop:
             if progress is not None and len(eng.finished) != last_done:
                 progress(len(eng.finished) - last_done)
                 last_done = len(eng.finished)
+
+    # -- fast-forward --------------------------------------------------------------------------
+    @cython.locals(
+        eng="Engine",
+        kv="KVCacheManager",
+        req=Request,
+        b=_Batch,
+        running=list,
+        n=cython.long,
+        k=cython.long,
+        j=cython.long,
+        i=cython.long,
+        bs=cython.long,
+        free=cython.long,
+        m0=cython.long,
+        longest=cython.long,
+        left=cython.long,
+        c=cython.long,
+        pos=cython.long,
+        room=cython.long,
+        ev=cython.long,
+        end=cython.long,
+        stride=cython.long,
+        caching=cython.bint,
+        events=list,
+        free_after=list,
+    )
+    def _try_stretch(self) -> bool:
+        """Advance a steady decode stretch of ``j`` batches at once; False if it may not.
+
+        The state (one batch in flight that schedules every running request for one token
+        and samples all of them, each holding one placeholder; no stale output, no finish to
+        report, no admissible waiting request) repeats batch after batch until a request's
+        last token is delivered, an arrival, or blocks run out. Stepping it is: schedule batch
+        ``k + i`` (all running, one token each) then apply batch ``k + i - 1``, for
+        ``i = 1..j``; this does the same in one pass, leaving batch ``k + j`` in flight.
+        Identical logs and records (the differential test runs this path).
+        """
+        eng = self.engine
+        if self.stale or self.finished_since_schedule:
+            return False
+        running = eng._running
+        n = len(running)
+        if n == 0 or n > eng.config.max_num_batched_tokens:
+            return False
+        b = self.queue[0]
+        if len(b.scheduled) != n or not all(b.samplers):
+            return False
+        kv = eng._kv
+        waiting = eng.waiting
+        if waiting and n < eng.config.max_num_seqs:
+            head = waiting.peek()
+            # As the synchronous stretch: free blocks only shrink, the head's need only grows.
+            if not kv.surely_blocked(head):
+                hits, _ = kv.get_computed_blocks(head)
+                if kv.blocks_to_admit(head, hits) <= kv.pool.num_free:
+                    return False
+        scheduled = b.scheduled
+        k = 1 << 62
+        m0 = 0
+        longest = 0
+        for req in running:
+            c = req.num_computed_tokens
+            if (
+                req.num_output_placeholders != 1
+                or c != req.num_tokens
+                or scheduled.get(req, 0) != 1
+            ):
+                return False
+            # Batch k delivers token o + 1, batch k + i - 1 token o + i: no finish while
+            # o + j < output_len (then the max_tokens guard cannot bind either).
+            left = req._output_len - req.num_output_tokens - 1
+            if left < k:
+                k = left
+            m0 += c
+            if c > longest:
+                longest = c
+        if k < 2:
+            return False
+        if eng._phase_items and any(r.in_prefill_phase for r in running):
+            return False
+        bs = kv.block_size
+        free = kv.pool.num_free
+        rooms = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
+        if n * ((k + bs - 1) // bs) > free:
+            k = _max_steps_within_blocks(rooms, bs, free, k)
+            if k < 2:
+                return False
+        t_arr = (
+            eng._pending[eng._next_arrival].arrival_time
+            if eng._next_arrival < len(eng._pending)
+            else float("inf")
+        )
+        # Batch k + i is scheduled when batch k + i - 2 ends, i.e. when batch k + i - 1
+        # starts: every batch of the stretch but the first must start before the arrival.
+        durations, starts = eng._decode_series(
+            n, m0, longest if eng._decode_series_longest is not None else 0, k, b.end, t_arr
+        )
+        j = len(durations)
+        if j < 2:
+            return False
+        self._advance_stretch(j, durations, starts, rooms)
+        return True
+
+    def _advance_stretch(
+        self, j: int, durations: list[float], starts: list[float], rooms: list[int]
+    ) -> None:
+        """Apply a stretch of ``j`` batches found by ``_try_stretch`` (see there)."""
+        eng = self.engine
+        kv = eng._kv
+        pool = kv.pool
+        running = eng._running
+        n = len(running)
+        bs = kv.block_size
+        # Batch k's output, as stepping applies it right after batch k + 1 is scheduled (no
+        # finish, so nothing batch k + 1's scheduling reads changes with the order).
+        self.apply(self.queue.popleft())
+        # Block allocations in (batch, running position) order, as stepping makes them.
+        events: list[int] = []
+        stride = bs * n
+        end = j * n
+        for pos in range(n):
+            room = rooms[pos]
+            if room < j:
+                events.extend(range(room * n + pos, end + pos, stride))
+        events.sort()
+        free_after: list[int] = []
+        ev = 0
+        free = pool.num_free
+        for i in range(j):
+            while ev < len(events) and events[ev] // n == i:
+                free -= 1
+                ev += 1
+            free_after.append(free)
+        if events:
+            for e, blk in zip(events, pool.get_new_blocks(len(events)), strict=True):
+                running[e % n].blocks.append(blk)
+        caching = kv.enable_caching
+        last_end = starts[j - 1]  # end of batch k + j - 1, the last one applied
+        for req in running:
+            c = req.num_computed_tokens + j
+            req.num_computed_tokens = c
+            req.num_computed_total += j
+            req.num_tokens += j - 1
+            req.num_output_tokens += j - 1
+            req.last_token_time = last_end
+            req.num_output_placeholders = 1
+            # Known and computed tokens end at c - 1 (batch k + j computes the last one).
+            if caching and (c - 1) // bs > req.num_cached_blocks:
+                kv.cache_blocks(req, c - 1)
+        # Batches k + 1 .. k + j - 1 applied: n tokens each, one step's duration apart.
+        itl_values = eng.itl_values
+        itl_weights = eng.itl_weights
+        for i in range(1, j):
+            itl_values.append(starts[i] - starts[i - 1])
+            itl_weights.append(n)
+        ids = None
+        step0 = eng.num_steps
+        n_waiting = len(eng.waiting)
+        log = eng.schedule_log
+        if log is not None:
+            ids = json.dumps({r.request_id: 1 for r in running})
+            for i in range(j - 1):
+                log.write(
+                    f'{{"step": {step0 + i}, "time": {json.dumps(starts[i])}, '
+                    f'"scheduled": {ids}, "new": {{}}, "resumed": {{}}, "preempted": [], '
+                    f'"finished": [], "num_free_blocks": {free_after[i]}, '
+                    f'"num_running": {n}, "num_waiting": {n_waiting}}}\n'
+                )
+        steps = eng._steps
+        rows = []
+        for i in range(j):
+            row = None
+            if steps is not None:
+                row = {
+                    "step": step0 + i,
+                    "time_s": starts[i],
+                    "duration_s": durations[i],
+                    "num_scheduled_tokens": n,
+                    "num_prefill": 0,
+                    "num_decode": n,
+                    "num_new": 0,
+                    "num_resumed": 0,
+                    "num_preempted": 0,
+                    "num_finished": 0,
+                    "num_running": n,
+                    "num_waiting": n_waiting,
+                    "num_free_blocks": free_after[i],
+                }
+            rows.append(row)
+        if steps is not None:
+            for i in range(j - 1):
+                for key, value in rows[i].items():
+                    steps[key].append(value)
+        # Batch k + j stays in flight, as stepping leaves it.
+        line = None
+        if log is not None:
+            line = {
+                "step": step0 + j - 1,
+                "time": starts[j - 1],
+                "scheduled": {r.request_id: 1 for r in running},
+                "new": {},
+                "resumed": {},
+                "preempted": [],
+                "finished": [],
+                "num_free_blocks": free_after[j - 1],
+                "num_running": n,
+                "num_waiting": n_waiting,
+            }
+        self.queue.append(
+            _Batch(dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, rows[j - 1])
+        )
+        self.gpu_free = starts[j]
+        if last_end > eng.now:
+            eng.now = last_end
+        eng.num_steps += j
+        eng.num_ff_steps += j
 
     # -- scheduling ----------------------------------------------------------------------------
     @cython.locals(

@@ -178,3 +178,47 @@ def test_bench_async_reports_ratios(capsys) -> None:
     assert set(figures) == {f"{key}.async_vs_sync_steps", f"{key}.async_vs_sync_ff_steps"}
     assert all(v > 0 for v in figures.values())
     assert "async/sync step rate" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+@pytest.mark.parametrize("caching", [True, False])
+def test_fast_forward_equals_stepping(tmp_path, policy: str, caching: bool) -> None:
+    """Async decode stretches advanced at once give the stepped run's log, records and ITLs."""
+    import random
+
+    rng = random.Random(7)
+    specs = []
+    t = 0.0
+    for i in range(80):
+        t += rng.choice([0.0, 0.01, 0.05, 0.3])
+        prompt = tuple(rng.randint(1, 5) for _ in range(rng.randint(3, 40)))
+        out = rng.randint(1, 60)
+        specs.append(
+            RequestSpec(f"r{i}", t, len(prompt), out, out, prompt_token_ids=prompt,
+                        priority=rng.randint(0, 2))
+        )  # fmt: skip
+    cfg = {
+        "async_scheduling": True,
+        "block_size": 4,
+        "num_gpu_blocks": 60,
+        "max_num_batched_tokens": 48,
+        "max_num_seqs": 12,
+        "enable_prefix_caching": caching,
+        "scheduling_policy": policy,
+    }
+    runs = []
+    for ff in (True, False):
+        log = tmp_path / f"log_{ff}.jsonl"
+        res = simulate(
+            specs, cfg, "vllm-v1", "roofline:llama-2-7b@a100-80gb", fast_forward=ff,
+            schedule_log=log, record_steps=True,
+        )  # fmt: skip
+        runs.append((res, log.read_text()))
+    (on, log_on), (off, log_off) = runs
+    assert log_on == log_off
+    assert on.requests.equals(off.requests)
+    assert on.steps.equals(off.steps)
+    assert on.itl[0].tolist() == off.itl[0].tolist()
+    assert on.itl[1].tolist() == off.itl[1].tolist()
+    assert on.summary == off.summary
+    assert on.num_fast_forward_steps > 0 and off.num_fast_forward_steps == 0
