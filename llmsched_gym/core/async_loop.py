@@ -226,14 +226,6 @@ class AsyncLoop:
         if len(b.scheduled) != n or not all(b.samplers):
             return False
         kv = eng._kv
-        waiting = eng.waiting
-        if waiting and n < eng.config.max_num_seqs:
-            head = waiting.peek()
-            # As the synchronous stretch: free blocks only shrink, the head's need only grows.
-            if not kv.surely_blocked(head):
-                hits, _ = kv.get_computed_blocks(head)
-                if kv.blocks_to_admit(head, hits) <= kv.pool.num_free:
-                    return False
         scheduled = b.scheduled
         k = 1 << 62
         m0 = 0
@@ -258,6 +250,14 @@ class AsyncLoop:
             return False
         if eng._phase_items and any(r.in_prefill_phase for r in running):
             return False
+        waiting = eng.waiting
+        if waiting and n < eng.config.max_num_seqs:
+            head = waiting.peek()
+            # As the synchronous stretch: free blocks only shrink, the head's need only grows.
+            if not kv.surely_blocked(head):
+                hits, _ = kv.get_computed_blocks(head)
+                if kv.blocks_to_admit(head, hits) <= kv.pool.num_free:
+                    return False
         bs = kv.block_size
         free = kv.pool.num_free
         rooms = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
