@@ -37,6 +37,7 @@ MODULES = (
     "llmsched_gym.kv.manager",
     "llmsched_gym.core.queues",
     "llmsched_gym.core.engine",
+    "llmsched_gym.core.async_loop",
     "llmsched_gym.cost.base",
     "llmsched_gym.cluster.cluster",
     "llmsched_gym.cluster.routers",

@@ -47,6 +47,11 @@ class EngineConfig:
     prompt is refused with vLLM's message (``check_request_lengths``); None (the default) sets
     no limit, so the shipped scenarios keep every request (some Azure prompts exceed
     Llama-2's 4,096-token context)."""
+    async_scheduling: bool = False
+    """Schedule step N+1 before step N's output is known, as vLLM's ``AsyncScheduler`` does
+    (vLLM 0.32.0 ``--async-scheduling``; its default on GPUs). Off by default: the simulator's
+    published figures and the reference behaviour are vLLM's synchronous ``Scheduler``, which is
+    what a CPU engine and ``async_scheduling=False`` run. See README, "Async scheduling"."""
 
     def __post_init__(self) -> None:
         m = self.max_model_len
@@ -76,6 +81,10 @@ class EngineConfig:
             raise ConfigError(
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
                 f"got {show(self.scheduling_policy)}"
+            )
+        if not isinstance(self.async_scheduling, bool):
+            raise ConfigError(
+                f"async_scheduling must be true or false, got {self.async_scheduling!r}"
             )
         t = self.long_prefill_token_threshold
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_SETTING:

@@ -43,6 +43,9 @@ ENGINE_HELP = {
     "request is running or waiting; 0 disables (vLLM --long-prefill-token-threshold; default 0)",
     "max_model_len": "longest request in tokens, prompt + max_tokens (vLLM --max-model-len); a "
     "longer request is refused with vLLM's message; default: no limit",
+    "async_scheduling": "schedule step N+1 before step N's output is known, as vLLM's "
+    "AsyncScheduler (vLLM --async-scheduling, its GPU default); default off: vLLM's "
+    "synchronous scheduler",
 }
 
 
@@ -55,7 +58,7 @@ def _add_engine_args(p: argparse.ArgumentParser, budget_help: str | None = None)
     )
     for key in EngineConfig.keys():
         flag = "--" + key.replace("_", "-")
-        if key == "enable_prefix_caching":
+        if key in ("enable_prefix_caching", "async_scheduling"):
             g.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=ENGINE_HELP[key]
             )

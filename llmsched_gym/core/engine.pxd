@@ -19,7 +19,7 @@ cdef class Engine:
     cdef public dict _external
     cdef public StepContext ctx
     cdef public KVCacheManager _kv
-    cdef public bint lazy_stretches, fast_forward, _prefill_kv_feature, _phase_items, _item_priced, record_steps
+    cdef public bint async_scheduling, lazy_stretches, fast_forward, _prefill_kv_feature, _phase_items, _item_priced, record_steps
     cdef public long num_steps, num_ff_steps, num_preemptions, _stall, _unsampled, _unsampled_preemptions
     cdef public long _next_arrival, _seq, waiting_tokens, running_tokens, running_prefills
     cpdef next_event_time(self)

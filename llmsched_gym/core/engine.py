@@ -539,6 +539,15 @@ class Engine:
         self.policy = policy
         self.cost_model = cost_model
         self.fast_forward = fast_forward
+        self.async_scheduling = config.async_scheduling
+        if config.async_scheduling:
+            from llmsched_gym.policies.vllm_v1 import VllmV1Policy
+
+            if type(policy) is not VllmV1Policy:  # the async rules are vLLM V1's own
+                raise ConfigError(
+                    "async_scheduling=True needs the vllm-v1 scheduler (vLLM's AsyncScheduler), "
+                    f"got {policy.name!r}; set async_scheduling to false for other schedulers"
+                )
         # A cost model may also price Σ m over prefill items (context under the prefill chunks;
         # InferMax's m_p term): it says so with ``uses_prefill_kv = True``.
         self._prefill_kv_feature = bool(getattr(cost_model, "uses_prefill_kv", False))
@@ -755,6 +764,16 @@ class Engine:
         self, until: float | None = None, progress: Callable[[int], None] | None = None
     ) -> None:
         """Run until all requests finish, or to the first step starting at or after ``until``."""
+        if self.async_scheduling:
+            if until is not None:
+                raise ConfigError(
+                    "async_scheduling=True: Engine.run runs to the end (until must be None)"
+                )
+            from llmsched_gym.core.async_loop import AsyncLoop
+
+            with gc_paused():
+                AsyncLoop(self).run(progress)
+            return
         limit = float("inf") if until is None else until
         last_done = 0
         with gc_paused():  # the loop makes no reference cycles; see llmsched_gym._gc
@@ -792,6 +811,8 @@ class Engine:
         False (and does nothing) when no request is left or the next step would start at or
         after ``until``. A cluster interleaves its instances with this.
         """
+        if self.async_scheduling:
+            _reject_async()
         if self._plan is not None:
             return self._continue_stretch(until)
         if not self._ready(until):
@@ -810,6 +831,8 @@ class Engine:
         Environments sit on these decision points: a stretch the engine fast-forwards is one
         whose schedule no decision could change.
         """
+        if self.async_scheduling:
+            _reject_async()
         if self._plan is not None:
             self.sync()
         while self._ready(until):
@@ -827,6 +850,8 @@ class Engine:
         policy's ``schedule`` still runs, on the held context, instead of on a fresh one.
         ``ctx.held`` is True until then.
         """
+        if self.async_scheduling:
+            _reject_async()
         if self._plan is not None:
             self.sync()
         ctx = self.ctx
@@ -840,6 +865,8 @@ class Engine:
         Arrivals up to the clock join first; when idle, the clock jumps to the next arrival.
         A step begun by ``hold_step`` is executed with what the caller scheduled on it.
         """
+        if self.async_scheduling:
+            _reject_async()
         if self._plan is not None:
             self.sync()
         self._admit_arrivals()
@@ -977,6 +1004,19 @@ class Engine:
         items = [(n, req.num_computed_tokens) for req, n in scheduled.items()]
         phases = [r.in_prefill_phase for r in scheduled] if self._phase_items else None
         return items_step_time(self.cost_model, items, phases)
+
+    def _price(self, ctx: StepContext) -> float:
+        """The cost model's time for the batch built on ``ctx`` (as ``_step`` prices it)."""
+        if self._item_priced:
+            return self._phase_step_time(ctx.scheduled)
+        if self._prefill_kv_feature:
+            return self.cost_model.step_time(
+                ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill,
+                ctx._num_decode, prefill_kv=ctx._prefill_kv,
+            )  # fmt: skip
+        return self.cost_model.step_time(
+            ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill, ctx._num_decode
+        )
 
     @cython.locals(req=Request)
     def _finish(self, finished: list[Request], end: float) -> None:
@@ -1335,6 +1375,14 @@ class Engine:
             self.config.num_gpu_blocks - 1
         )
         return cols
+
+
+def _reject_async() -> None:
+    raise ConfigError(
+        "async_scheduling=True is supported by Engine.run only (the simulate command and "
+        "llmsched_gym.simulate): step-by-step callers (environments, clusters, the live "
+        "backend) drive the synchronous engine; set async_scheduling to false there"
+    )
 
 
 # Raw per-step columns the engine records; kv_cache_usage is derived from num_free_blocks.

@@ -5,4 +5,4 @@ cdef class Request:
     cdef public long seq, num_prompt_tokens, num_tokens, num_output_tokens, num_computed_tokens
     cdef public long num_preemptions, num_cached_blocks, _num_shareable_blocks, _output_len
     cdef public long num_cached_tokens, num_computed_total, scheduled_in_step
-    cdef public long num_external_tokens, refill_tokens
+    cdef public long num_external_tokens, refill_tokens, num_output_placeholders

@@ -101,6 +101,7 @@ class Request:
         "scheduled_in_step",
         "num_external_tokens",
         "refill_tokens",
+        "num_output_placeholders",
     )
 
     def __init__(self, spec: RequestSpec, seq: int, block_size: int) -> None:
@@ -139,6 +140,8 @@ class Request:
         """Prompt tokens whose KV arrived from another instance (PD hand-off; 0 otherwise)."""
         self.refill_tokens = -1
         """``num_tokens`` when last preempted (-1: never): equal while its refill runs."""
+        self.num_output_placeholders = 0
+        """Async scheduling only (vLLM's field): tokens in flight whose ids are not known yet."""
 
     @property
     def is_prefill_chunk(self) -> bool:

@@ -103,7 +103,18 @@ def check_box(action: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
 
 
 class LLMSchedEnv(gym.Env):
-    """Base class; see the concrete environments (``PriorityEnv`` and others)."""
+    """Base class; see the concrete environments (``PriorityEnv`` and others).
+
+    Decision points follow vLLM's synchronous scheduler (``EngineConfig.async_scheduling``
+    false, the default): a policy acts on the state after the previous step's output was
+    applied (its sampled tokens appended, its finished requests gone). Under vLLM's async
+    scheduling (``async_scheduling=True``, vLLM 0.32.0's GPU default) the decision for step N+1
+    would be taken while step N runs: the policy would see step N's requests with one output
+    placeholder each (token not known yet), requests finishing in step N still running, and
+    arrivals only up to step N's start. The environments do not offer that view yet: a scenario
+    whose engine sets ``async_scheduling: true`` is rejected with a ``ConfigError``, rather than
+    giving decisions at the wrong moment. ``llmsched_gym.simulate`` runs async mode exactly.
+    """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
     task = "Base"
@@ -195,6 +206,14 @@ class LLMSchedEnv(gym.Env):
             raise ConfigError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None, got "
                 f"{render_mode!r}"
+            )
+        if sc.engine.get("async_scheduling"):
+            raise ConfigError(
+                f"scenario {sc.name!r}: engine.async_scheduling=True is not supported by the "
+                "environments (a policy decides each step on a state whose previous step has "
+                "finished; under vLLM's async scheduling that decision is made one step ahead, "
+                "before the previous step's tokens are known); set engine.async_scheduling to "
+                "false"
             )
         self.scenario = sc
         self.cost_model = load_cost_model(sc.cost_model)

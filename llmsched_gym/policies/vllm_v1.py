@@ -16,6 +16,8 @@ There is no prefill or decode phase: each request's ``num_computed_tokens`` catc
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from llmsched_gym.core.engine import SchedulingPolicy, StepContext
 from llmsched_gym.errors import ConfigError
 
@@ -88,11 +90,29 @@ class VllmV1Policy(SchedulingPolicy):
         self.schedule_running_phase(ctx, self.queue_policy(ctx.config) == "priority")
         if ctx.preempted:
             return
+        self.schedule_waiting_phase(ctx)
+
+    def schedule_waiting_phase(self, ctx: StepContext, skip: Container | None = None) -> None:
+        """vLLM's second phase: admit waiting requests in queue order until one does not fit.
+
+        ``skip`` holds requests that vLLM passes over in place, trying the ones behind them
+        (async scheduling: a preempted request whose stale output is still in flight,
+        ``Scheduler.schedule``'s ``skip_request`` in vLLM 0.32.0).
+        """
         threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
         running = ctx.running
         waiting = ctx.waiting
+        # Queue order; admissions only remove the request at hand, so a snapshot stays exact.
+        candidates = iter(list(waiting)) if skip else None
         while ctx.token_budget > 0 and waiting and len(running) < ctx.max_num_seqs:
-            req = waiting.peek()
+            if candidates is None:
+                req = waiting.peek()
+            else:
+                req = next(candidates, None)
+                if req is None:
+                    break
+                if req in skip:
+                    continue
             if ctx.surely_blocked(req):  # allocate_slots would return None: skip the lookup
                 break
             hit = ctx.lookup(req)

@@ -65,7 +65,8 @@ def test_simulate_writes_log_records_and_summary(tmp_path, capsys):
     assert requests[0].startswith("request_id,") and len(requests) == 4
     assert (out / "steps.csv").exists()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["engine_config"] == CONFIG and summary["summary"]["num_requests"] == 3
+    assert summary["engine_config"] == {**CONFIG, "async_scheduling": False}
+    assert summary["summary"]["num_requests"] == 3
     assert "ttft_s_p99" in capsys.readouterr().out
 
 

@@ -5,10 +5,14 @@ For each seed, ``gen_traces.generate`` makes a random trace and engine config; t
 (``python -m llmsched_gym simulate ... --cost-model constant:1.0``) each write a schedule log,
 and the two logs must agree line by line (see ``compare_logs`` for the field rules).
 
+Both scheduling modes are compared on the same traces: ``sync`` (vLLM's ``Scheduler``, driven as
+``EngineCore.step`` does) and ``async`` (vLLM's ``AsyncScheduler``, driven one step ahead as
+``EngineCore.step_with_batch_queue`` does; the simulator with ``--async-scheduling``).
+
 The oracle runs once per session for all seeds (``--batch``): importing vLLM takes several
 seconds, replaying a trace a fraction of a second. Tests skip when vLLM 0.32.0 is not installed;
 ``.ci/setup_vllm_venv.sh`` installs it (or point ``LLMSCHED_VLLM_PYTHON`` at a Python that has it).
-``LLMSCHED_DIFF_NUM_SEEDS`` changes the number of seeds (default 40).
+``LLMSCHED_DIFF_NUM_SEEDS`` changes the number of seeds (default 40) of each mode.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ ORACLE_SCRIPT = HERE / "vllm_oracle.py"
 VLLM_VERSION = "0.32.0"
 NUM_SEEDS = int(os.environ.get("LLMSCHED_DIFF_NUM_SEEDS", "40"))
 SEEDS = list(range(NUM_SEEDS))
+MODES = ("sync", "async")
+"""Scheduling modes: vLLM's synchronous ``Scheduler`` and its ``AsyncScheduler``."""
 STEP_TIME_S = 1.0
 TIME_TOLERANCE_S = 1e-9
 SKIP_REASON = (
@@ -109,8 +115,9 @@ def vllm_python() -> str:
 
 @dataclass(frozen=True)
 class SeedCase:
-    """One seed's generated inputs and the oracle's outputs."""
+    """One (mode, seed)'s generated inputs and the oracle's outputs."""
 
+    mode: str
     seed: int
     folder: Path
     trace: Path
@@ -120,33 +127,38 @@ class SeedCase:
 
 
 @pytest.fixture(scope="session")
-def oracle_runs(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedCase]:
-    """Generate every seed's trace and run the oracle on all of them in one process."""
+def oracle_runs(
+    vllm_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, int], SeedCase]:
+    """Generate every seed's trace and run the oracle in both modes, all in one process."""
     root = tmp_path_factory.mktemp("vllm_oracle")
-    cases: dict[int, SeedCase] = {}
+    cases: dict[tuple[str, int], SeedCase] = {}
     manifest_lines = []
     for seed in SEEDS:
         folder = root / f"seed{seed:03d}"
         trace, engine_config = gen_traces.write(seed, folder)
-        case = SeedCase(
-            seed,
-            folder,
-            trace,
-            engine_config,
-            folder / "oracle_log.jsonl",
-            folder / "oracle_summary.json",
-        )
-        cases[seed] = case
-        manifest_lines.append(
-            json.dumps(
-                {
-                    "trace": str(trace),
-                    "engine_config": str(engine_config),
-                    "schedule_log": str(case.oracle_log),
-                    "summary": str(case.summary),
-                }
+        for mode in MODES:
+            case = SeedCase(
+                mode,
+                seed,
+                folder,
+                trace,
+                engine_config,
+                folder / f"oracle_log_{mode}.jsonl",
+                folder / f"oracle_summary_{mode}.json",
             )
-        )
+            cases[mode, seed] = case
+            manifest_lines.append(
+                json.dumps(
+                    {
+                        "trace": str(trace),
+                        "engine_config": str(engine_config),
+                        "schedule_log": str(case.oracle_log),
+                        "summary": str(case.summary),
+                        "async_scheduling": mode == "async",
+                    }
+                )
+            )
     manifest = root / "manifest.jsonl"
     manifest.write_text("\n".join(manifest_lines) + "\n", encoding="utf-8")
     proc = subprocess.run(
@@ -236,7 +248,8 @@ def _mismatch_message(
         return json.dumps(log[i]) if 0 <= i < len(log) else "<no line: log ended>"
 
     parts = [
-        f"seed {seed}: schedule logs differ at step {index} in field(s) {', '.join(fields)}",
+        f"seed {seed} ({case.mode}): schedule logs differ at step {index} in field(s) "
+        f"{', '.join(fields)}",
         f"  engine config: {json.dumps(json.loads(case.engine_config.read_text('utf-8')))}",
         f"  vLLM 0.32.0 : {line(expected, index)}",
         f"  simulator   : {line(actual, index)}",
@@ -455,9 +468,12 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_schedule_matches_vllm(seed: int, oracle_runs: dict[int, SeedCase], tmp_path: Path) -> None:
-    """The simulator schedules every step exactly as vLLM 0.32.0 does."""
-    case = oracle_runs[seed]
+@pytest.mark.parametrize("mode", MODES)
+def test_schedule_matches_vllm(
+    mode: str, seed: int, oracle_runs: dict[tuple[str, int], SeedCase], tmp_path: Path
+) -> None:
+    """The simulator schedules every step exactly as vLLM 0.32.0 does, in both modes."""
+    case = oracle_runs[mode, seed]
     sim_log = tmp_path / "sim_log.jsonl"
     proc = subprocess.run(
         [
@@ -475,6 +491,7 @@ def test_schedule_matches_vllm(seed: int, oracle_runs: dict[int, SeedCase], tmp_
             str(sim_log),
             "--out",
             str(tmp_path / "out"),
+            *(["--async-scheduling"] if mode == "async" else []),
         ],
         capture_output=True,
         text=True,
@@ -482,7 +499,7 @@ def test_schedule_matches_vllm(seed: int, oracle_runs: dict[int, SeedCase], tmp_
         cwd=REPO_ROOT,
     )
     assert proc.returncode == 0, (
-        f"seed {seed}: simulator failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        f"seed {seed} ({mode}): simulator failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
     )
     expected = read_log(case.oracle_log)
     actual = read_log(sim_log)
@@ -492,10 +509,13 @@ def test_schedule_matches_vllm(seed: int, oracle_runs: dict[int, SeedCase], tmp_
         pytest.fail(_mismatch_message(seed, case, sim_log, expected, actual, index, fields))
 
 
-def test_oracle_logs_are_consistent_and_meaningful(oracle_runs: dict[int, SeedCase]) -> None:
-    """The oracle's logs are self-consistent and exercise the paths worth comparing."""
+def test_oracle_logs_are_consistent_and_meaningful(
+    oracle_runs: dict[tuple[str, int], SeedCase],
+) -> None:
+    """The synchronous oracle's logs are self-consistent and exercise the paths worth comparing."""
     coverage = Coverage()
-    for seed, case in oracle_runs.items():
+    sync_runs = {seed: case for (mode, seed), case in oracle_runs.items() if mode == "sync"}
+    for seed, case in sync_runs.items():
         engine_config = json.loads(case.engine_config.read_text(encoding="utf-8"))
         try:
             check_log(_read_rows(case.trace), engine_config, read_log(case.oracle_log), coverage)
@@ -503,12 +523,12 @@ def test_oracle_logs_are_consistent_and_meaningful(oracle_runs: dict[int, SeedCa
             pytest.fail(f"seed {seed}: oracle log {case.oracle_log} is inconsistent: {exc}")
         summary = json.loads(case.summary.read_text(encoding="utf-8"))
         assert summary["vllm_version"].startswith(VLLM_VERSION)
-    print(f"\ndifferential-test coverage over {len(oracle_runs)} seeds:")
+    print(f"\ndifferential-test coverage over {len(sync_runs)} seeds:")
     print(json.dumps(coverage.as_dict()))
     assert sum(coverage.preemptions.values()) > 0, "no trace preempts"
     assert coverage.resumed > 0, "no trace resumes a preempted request"
     assert coverage.prefix_hit_tokens > 0, "no trace hits the prefix cache"
-    if len(oracle_runs) >= 40:
+    if len(sync_runs) >= 40:
         # The default seed set covers every path named in gen_traces' docstring.
         assert coverage.preemptions["fcfs"] > 0 and coverage.preemptions["priority"] > 0
         assert coverage.resumed_with_hit > 0
@@ -516,6 +536,49 @@ def test_oracle_logs_are_consistent_and_meaningful(oracle_runs: dict[int, SeedCa
         assert coverage.partial_prefill_chunks > 0
         assert coverage.threshold_capped_chunks > 0
         assert coverage.empty_steps > 0
+
+
+def test_async_oracle_logs_are_consistent(oracle_runs: dict[tuple[str, int], SeedCase]) -> None:
+    """The async oracle's logs keep the async contract (``vllm_oracle._run_async``).
+
+    Steps are numbered and start no earlier than the previous one; a batch with tokens lasts
+    ``STEP_TIME_S`` on the GPU, so the next batch starts at least that much later; budgets
+    hold; nothing is admitted in a batch that preempted; every request finishes exactly once,
+    and is not scheduled again except in the batch scheduled while the finishing one ran.
+    """
+    preemptions = stale_finishes = 0
+    for (mode, seed), case in oracle_runs.items():
+        if mode != "async":
+            continue
+        engine_config = json.loads(case.engine_config.read_text(encoding="utf-8"))
+        rows = {r["request_id"]: r for r in _read_rows(case.trace)}
+        log = read_log(case.oracle_log)
+        finished: dict[str, int] = {}
+        gpu_free = 0.0
+        for index, entry in enumerate(log):
+            where = f"seed {seed} (async) step {index}"
+            assert entry["step"] == index, where
+            assert entry["time"] >= gpu_free - TIME_TOLERANCE_S, f"{where}: overlaps the GPU"
+            scheduled = entry["scheduled"]
+            if scheduled:
+                gpu_free = entry["time"] + STEP_TIME_S
+            assert sum(scheduled.values()) <= engine_config["max_num_batched_tokens"], where
+            assert entry["num_running"] <= engine_config["max_num_seqs"], where
+            assert not (entry["preempted"] and (entry["new"] or entry["resumed"])), where
+            # Batch k + 1 was scheduled before batch k's output finished a request.
+            done_before = {r for r, k in finished.items() if k < index - 1}
+            assert not done_before & (set(scheduled) | set(entry["preempted"])), where
+            for req_id in [*entry["new"], *entry["resumed"]]:
+                assert rows[req_id]["arrival_time"] <= entry["time"], f"{where}: early {req_id}"
+            preemptions += len(entry["preempted"])
+            # A request preempted while its last token was in flight: that stale output
+            # finished it (its finish shows on the line of the batch scheduled before).
+            stale_finishes += sum(finished.get(r) == index - 1 for r in entry["preempted"])
+            assert not finished.keys() & set(entry["finished"]), f"{where}: finished twice"
+            finished.update(dict.fromkeys(entry["finished"], index))
+        assert finished.keys() == rows.keys(), f"seed {seed} (async): never finished"
+    assert preemptions > 0, "no async trace preempts"
+    print(f"\nasync oracle: {preemptions} preemptions, {stale_finishes} stale-output finishes")
 
 
 def test_gen_traces_is_deterministic_and_valid() -> None:

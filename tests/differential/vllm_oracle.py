@@ -10,7 +10,7 @@ Usage (with the virtualenv made by ``.ci/setup_vllm_venv.sh``)::
 
     .venv-vllm/bin/python tests/differential/vllm_oracle.py --trace T.jsonl \\
         --engine-config C.json --schedule-log L.jsonl [--step-time 1.0] [--max-steps N] \\
-        [--summary S.json]
+        [--summary S.json] [--async-scheduling]
 
     .venv-vllm/bin/python tests/differential/vllm_oracle.py --batch MANIFEST.jsonl
 
@@ -30,6 +30,10 @@ The engine loop, one iteration per engine step:
    match a prompt token or another request's tokens;
 5. ``update_from_output()``; ``clock += step_time``.
 
+With ``--async-scheduling`` the oracle runs vLLM's ``AsyncScheduler`` instead and drives it as
+``EngineCore.step_with_batch_queue`` does (batch queue of depth 2: step N+1 is scheduled before
+step N's output is applied); ``_run_async`` defines the clock and what a log line means then.
+
 Requests are submitted with ``SamplingParams(max_tokens=min(output_len, max_tokens),
 ignore_eos=True)``, so each generates exactly that many tokens. ``max_model_len`` is the longest
 ``prompt_len + max_tokens`` of the trace, so the ``max_model_len`` cap never binds.
@@ -44,6 +48,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -70,6 +75,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     init_none_hash,
 )
 from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -186,6 +192,18 @@ class RunSummary:
     final_time_s: float = 0.0
     wall_time_s: float = 0.0
     vllm_version: str = field(default_factory=lambda: str(vllm.__version__))
+
+    def count(self, record: dict[str, Any]) -> None:
+        """Add one schedule-log line to the totals."""
+        scheduled, new, resumed = record["scheduled"], record["new"], record["resumed"]
+        self.steps += 1
+        self.empty_steps += not scheduled
+        self.preemptions += len(record["preempted"])
+        self.new_admissions += len(new)
+        self.resumed_admissions += len(resumed)
+        self.prefix_hit_tokens += sum(new.values()) + sum(resumed.values())
+        self.resumed_prefix_hit_tokens += sum(resumed.values())
+        self.scheduled_tokens += sum(scheduled.values())
 
 
 def load_trace(path: Path) -> list[TraceRequest]:
@@ -332,17 +350,23 @@ def _tiny_model_dir(max_model_len: int) -> Iterator[str]:
         yield folder
 
 
-def build_scheduler(settings: EngineSettings, max_model_len: int, model_dir: str) -> Scheduler:
-    """Build vLLM's synchronous scheduler the way ``EngineCore`` does, minus the model.
+def build_scheduler(
+    settings: EngineSettings, max_model_len: int, model_dir: str, async_scheduling: bool = False
+) -> Scheduler:
+    """Build vLLM's scheduler the way ``EngineCore`` does, minus the model.
 
     Args:
         settings: The engine settings.
         max_model_len: ``max_model_len`` of the model config.
         model_dir: A folder with a model ``config.json`` (see ``_tiny_model_dir``).
+        async_scheduling: Build vLLM's ``AsyncScheduler`` with ``async_scheduling=True`` (the
+            GPU default of vLLM 0.32.0) instead of the synchronous ``Scheduler``. The CPU
+            platform turns the flag off while ``VllmConfig`` is built
+            (``platforms/cpu.py``), so it is set again afterwards, as a GPU platform leaves it.
 
     Returns:
-        A ``Scheduler`` over ``settings.num_gpu_blocks`` blocks (block 0 is vLLM's null block)
-        in one full-attention KV cache group.
+        A ``Scheduler`` (or ``AsyncScheduler``) over ``settings.num_gpu_blocks`` blocks (block 0
+        is vLLM's null block) in one full-attention KV cache group.
 
     Raises:
         OracleError: If vLLM changed a setting it was given (e.g. a platform override).
@@ -379,7 +403,9 @@ def build_scheduler(settings: EngineSettings, max_model_len: int, model_dir: str
         cache_config=cache_config,
     )
     vllm_config.cache_config.num_gpu_blocks = settings.num_gpu_blocks
-    _check_config_kept(vllm_config, settings, max_model_len)
+    if async_scheduling:
+        vllm_config.scheduler_config.async_scheduling = True
+    _check_config_kept(vllm_config, settings, max_model_len, async_scheduling)
     kv_cache_config = KVCacheConfig(
         num_blocks=settings.num_gpu_blocks,
         kv_cache_tensors=[],
@@ -395,7 +421,8 @@ def build_scheduler(settings: EngineSettings, max_model_len: int, model_dir: str
             )
         ],
     )
-    return Scheduler(
+    scheduler_cls = AsyncScheduler if async_scheduling else Scheduler
+    return scheduler_cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         structured_output_manager=StructuredOutputManager(vllm_config),
@@ -406,7 +433,10 @@ def build_scheduler(settings: EngineSettings, max_model_len: int, model_dir: str
 
 
 def _check_config_kept(
-    vllm_config: VllmConfig, settings: EngineSettings, max_model_len: int
+    vllm_config: VllmConfig,
+    settings: EngineSettings,
+    max_model_len: int,
+    async_scheduling: bool = False,
 ) -> None:
     """Refuse to run if ``VllmConfig`` post-processing altered what the trace asks for."""
     sched = vllm_config.scheduler_config
@@ -422,7 +452,7 @@ def _check_config_kept(
     extra = {
         "max_model_len": (vllm_config.model_config.max_model_len, max_model_len),
         "enable_chunked_prefill": (sched.enable_chunked_prefill, True),
-        "async_scheduling": (bool(sched.async_scheduling), False),
+        "async_scheduling": (bool(sched.async_scheduling), async_scheduling),
         "max_num_scheduled_tokens": (sched.max_num_scheduled_tokens, None),
         "max_num_active_seqs": (sched.max_num_active_seqs, None),
         "long_prefill_token_threshold_adaptive": (
@@ -499,12 +529,54 @@ def _admissions(
     return new, resumed
 
 
+def _block_hasher(scheduler: Scheduler, settings: EngineSettings) -> Any:
+    """The request block hasher ``EngineCore`` makes: NONE_HASH seeded, scheduler block size."""
+    if not settings.enable_prefix_caching:
+        return None
+    hash_fn = get_hash_fn_by_name(scheduler.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    return get_request_block_hasher(settings.block_size, hash_fn)
+
+
+def _add_arrived(
+    scheduler: Scheduler,
+    arrivals: Sequence[TraceRequest],
+    next_arrival: int,
+    clock: float,
+    block_hasher: Any,
+    vllm_requests: dict[str, Request],
+) -> int:
+    """Add the requests of ``arrivals[next_arrival:]`` that arrived by ``clock``, in trace order.
+
+    Returns:
+        The index of the first request not added yet.
+    """
+    joining = []
+    while next_arrival < len(arrivals) and arrivals[next_arrival].arrival_time_s <= clock:
+        joining.append(arrivals[next_arrival])
+        next_arrival += 1
+    for spec in sorted(joining, key=lambda r: r.index):
+        request = Request(
+            request_id=spec.request_id,
+            prompt_token_ids=list(spec.prompt_token_ids),
+            sampling_params=SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True),
+            pooling_params=None,
+            arrival_time=spec.arrival_time_s,
+            priority=spec.priority,
+            block_hasher=block_hasher,
+        )
+        vllm_requests[spec.request_id] = request
+        scheduler.add_request(request)
+    return next_arrival
+
+
 def run_oracle(
     trace: Sequence[TraceRequest],
     settings: EngineSettings,
     schedule_log: Path,
     step_time_s: float = 1.0,
     max_steps: int | None = None,
+    async_scheduling: bool = False,
 ) -> RunSummary:
     """Replay a trace through vLLM's scheduler, writing one log line per ``schedule()``.
 
@@ -514,6 +586,8 @@ def run_oracle(
         schedule_log: Output JSONL file.
         step_time_s: Simulated duration of every step, in seconds.
         max_steps: Stop with an error after this many steps (a guard against a livelock).
+        async_scheduling: Drive vLLM's ``AsyncScheduler`` one step ahead with a batch queue of
+            depth 2 (``_run_async``) instead of the synchronous ``Scheduler``.
 
     Returns:
         The run's totals.
@@ -522,8 +596,9 @@ def run_oracle(
         OracleError: If ``max_steps`` is reached, or a request ends in an unexpected state.
     """
     max_model_len = max(len(r.prompt_token_ids) + r.max_tokens for r in trace)
+    run = _run_async if async_scheduling else _run
     with _tiny_model_dir(max_model_len) as model_dir:
-        return _run(trace, settings, schedule_log, step_time_s, max_steps, max_model_len, model_dir)
+        return run(trace, settings, schedule_log, step_time_s, max_steps, max_model_len, model_dir)
 
 
 def _run(
@@ -537,12 +612,7 @@ def _run(
 ) -> RunSummary:
     started = time.perf_counter()
     scheduler = build_scheduler(settings, max_model_len, model_dir)
-    block_hasher = None
-    if settings.enable_prefix_caching:
-        # As EngineCore does: seed NONE_HASH, hash at the scheduler's block size.
-        hash_fn = get_hash_fn_by_name(scheduler.cache_config.prefix_caching_hash_algo)
-        init_none_hash(hash_fn)
-        block_hasher = get_request_block_hasher(settings.block_size, hash_fn)
+    block_hasher = _block_hasher(scheduler, settings)
     preemptions = _PreemptionRecorder(scheduler)
     block_pool = scheduler.kv_cache_manager.block_pool
     by_id = {r.request_id: r for r in trace}
@@ -559,22 +629,9 @@ def _run(
     schedule_log.parent.mkdir(parents=True, exist_ok=True)
     with schedule_log.open("w", encoding="utf-8") as log:
         while True:
-            joining = []
-            while next_arrival < len(arrivals) and arrivals[next_arrival].arrival_time_s <= clock:
-                joining.append(arrivals[next_arrival])
-                next_arrival += 1
-            for spec in sorted(joining, key=lambda r: r.index):
-                request = Request(
-                    request_id=spec.request_id,
-                    prompt_token_ids=list(spec.prompt_token_ids),
-                    sampling_params=SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True),
-                    pooling_params=None,
-                    arrival_time=spec.arrival_time_s,
-                    priority=spec.priority,
-                    block_hasher=block_hasher,
-                )
-                vllm_requests[spec.request_id] = request
-                scheduler.add_request(request)
+            next_arrival = _add_arrived(
+                scheduler, arrivals, next_arrival, clock, block_hasher, vllm_requests
+            )
             if scheduler.get_num_unfinished_requests() == 0:
                 if next_arrival == len(arrivals):
                     break
@@ -634,19 +691,173 @@ def _run(
             }
             log.write(json.dumps(record) + "\n")
 
-            summary.steps += 1
-            summary.empty_steps += not scheduled
-            summary.preemptions += len(preempted)
-            summary.new_admissions += len(new)
-            summary.resumed_admissions += len(resumed)
-            summary.prefix_hit_tokens += sum(new.values()) + sum(resumed.values())
-            summary.resumed_prefix_hit_tokens += sum(resumed.values())
-            summary.scheduled_tokens += sum(scheduled.values())
+            summary.count(record)
             step += 1
             clock += step_time_s
 
     _check_all_finished(trace, vllm_requests, finished)
     summary.final_time_s = clock
+    summary.wall_time_s = time.perf_counter() - started
+    return summary
+
+
+BATCH_QUEUE_SIZE = 2
+"""Depth of the engine core's batch queue under async scheduling (vLLM 0.32.0:
+``max_concurrent_batches`` is 2 when ``async_scheduling`` is on and pipeline parallelism off)."""
+
+
+@dataclass
+class _Batch:
+    """One scheduled batch waiting in the engine core's queue for its (fabricated) output.
+
+    Attributes:
+        output: What ``schedule()`` returned.
+        samplers: Ids of the scheduled requests that sample a token when the batch executes:
+            those that were not a partial prefill chunk right after the ``schedule()`` call
+            (``Request.is_prefill_chunk``, set by ``Scheduler._update_after_schedule``).
+        end_s: When the batch's execution ends on the simulated GPU.
+        record: Its schedule-log line without ``finished``; None for a batch that is not logged.
+    """
+
+    output: SchedulerOutput
+    samplers: set[str]
+    end_s: float
+    record: dict[str, Any] | None
+
+
+def _run_async(
+    trace: Sequence[TraceRequest],
+    settings: EngineSettings,
+    schedule_log: Path,
+    step_time_s: float,
+    max_steps: int | None,
+    max_model_len: int,
+    model_dir: str,
+) -> RunSummary:
+    """Drive vLLM's ``AsyncScheduler`` the way ``EngineCore.step_with_batch_queue`` does.
+
+    vLLM 0.32.0, ``v1/engine/core.py``, ``step_with_batch_queue``: each call schedules a new
+    batch if the scheduler has requests and returns at once while the queue (depth 2) has room
+    and the batch has tokens or more requests remain; otherwise it blocks on the oldest batch
+    and applies its output (``update_from_output``). So batch N+1 is scheduled before batch N's
+    output is known. The simulated GPU runs one batch at a time:
+
+    * ``now`` is the engine core's clock, ``gpu_free`` when the GPU finishes its last batch;
+    * when the scheduler is empty and no batch is queued, ``now`` jumps to the next arrival;
+    * every loop iteration first adds the requests with ``arrival_time <= now`` (trace order);
+    * a batch scheduled at ``now`` starts at ``max(now, gpu_free)`` and lasts ``step_time_s``,
+      or 0 s if it has no tokens (nothing is executed);
+    * applying the oldest batch moves ``now`` to ``max(now, its end)``.
+
+    One log line per batch that scheduled tokens or preempted a request, written when its
+    output is applied: ``time`` is the batch's start; ``scheduled`` / ``new`` / ``resumed`` /
+    ``preempted``, ``num_free_blocks``, ``num_running`` and ``num_waiting`` are read right after
+    its ``schedule()`` call; ``finished`` lists the requests whose finish was detected when its
+    output was applied. With a queue of depth 1 this is the synchronous oracle's log.
+    """
+    started = time.perf_counter()
+    scheduler = build_scheduler(settings, max_model_len, model_dir, async_scheduling=True)
+    block_hasher = _block_hasher(scheduler, settings)
+    preemptions = _PreemptionRecorder(scheduler)
+    block_pool = scheduler.kv_cache_manager.block_pool
+    by_id = {r.request_id: r for r in trace}
+    vllm_requests: dict[str, Request] = {}
+    ever_preempted: set[str] = set()
+    finished: dict[str, int] = {}
+    summary = RunSummary(requests=len(trace), max_model_len=max_model_len)
+
+    arrivals = sorted(trace, key=lambda r: (r.arrival_time_s, r.index))
+    now = gpu_free = 0.0
+    next_arrival = 0
+    num_schedules = 0
+    step = 0
+    queue: deque[_Batch] = deque()
+    schedule_log.parent.mkdir(parents=True, exist_ok=True)
+    with schedule_log.open("w", encoding="utf-8") as log:
+        while next_arrival < len(arrivals) or scheduler.has_requests() or queue:
+            if not scheduler.has_requests() and not queue:
+                now = max(now, arrivals[next_arrival].arrival_time_s)
+            next_arrival = _add_arrived(
+                scheduler, arrivals, next_arrival, now, block_hasher, vllm_requests
+            )
+            if scheduler.has_requests():
+                if max_steps is not None and num_schedules >= max_steps:
+                    raise OracleError(f"stopped after --max-steps={max_steps} steps at t={now}")
+                num_schedules += 1
+                output = scheduler.schedule()
+                num_free_blocks = block_pool.get_num_free_blocks()
+                preempted = preemptions.take()
+                if set(preempted) != set(output.preempted_req_ids or ()):
+                    raise OracleError(
+                        f"schedule {num_schedules}: recorded preemptions {preempted} differ "
+                        f"from SchedulerOutput.preempted_req_ids "
+                        f"{sorted(output.preempted_req_ids or ())}"
+                    )
+                ever_preempted.update(preempted)
+                new, resumed = _admissions(output, ever_preempted)
+                scheduled = dict(output.num_scheduled_tokens)
+                num_running, num_waiting = scheduler.get_request_counts()
+                has_tokens = output.total_num_scheduled_tokens > 0
+                start = max(now, gpu_free)
+                gpu_free = start + (step_time_s if has_tokens else 0.0)
+                record = None
+                if scheduled or preempted:
+                    record = {
+                        "step": -1,  # numbered when written
+                        "time": start,
+                        "scheduled": scheduled,
+                        "new": new,
+                        "resumed": resumed,
+                        "preempted": preempted,
+                        "finished": [],
+                        "num_free_blocks": num_free_blocks,
+                        "num_running": num_running,
+                        "num_waiting": num_waiting,
+                    }
+                samplers = {
+                    req_id
+                    for req_id in scheduled
+                    if not scheduler.requests[req_id].is_prefill_chunk
+                }
+                queue.append(_Batch(output, samplers, gpu_free, record))
+                if len(queue) < BATCH_QUEUE_SIZE and (has_tokens or scheduler.has_requests()):
+                    continue
+            batch = queue.popleft()
+            now = max(now, batch.end_s)
+            req_ids = list(batch.output.num_scheduled_tokens)
+            model_output = ModelRunnerOutput(
+                req_ids=req_ids,
+                req_id_to_index={req_id: i for i, req_id in enumerate(req_ids)},
+                sampled_token_ids=[
+                    [GENERATED_TOKEN_BASE + by_id[req_id].index] if req_id in batch.samplers else []
+                    for req_id in req_ids
+                ],
+            )
+            engine_outputs = scheduler.update_from_output(batch.output, model_output)
+            finished_now = [
+                out.request_id
+                for outputs in engine_outputs.values()
+                for out in outputs.outputs
+                if out.finish_reason is not None
+            ]
+            record = batch.record
+            if record is None:
+                if finished_now:
+                    raise OracleError(f"an empty batch finished {finished_now} at t={now}")
+                continue
+            for req_id in finished_now:
+                if req_id in finished:
+                    raise OracleError(f"step {step}: {req_id} finished twice")
+                finished[req_id] = step
+            record["step"] = step
+            record["finished"] = finished_now
+            log.write(json.dumps(record) + "\n")
+
+            summary.count(record)
+            step += 1
+
+    _check_all_finished(trace, vllm_requests, finished)
+    summary.final_time_s = now
     summary.wall_time_s = time.perf_counter() - started
     return summary
 
@@ -674,6 +885,7 @@ def run_files(
     summary_path: Path | None,
     step_time_s: float,
     max_steps: int | None,
+    async_scheduling: bool = False,
 ) -> RunSummary:
     """Run the oracle on one (trace, engine config) pair of files.
 
@@ -684,6 +896,7 @@ def run_files(
         summary_path: Where to write the summary JSON, if anywhere.
         step_time_s: Seconds per step.
         max_steps: Step limit, or None.
+        async_scheduling: Run vLLM's ``AsyncScheduler`` (see ``_run_async``).
 
     Returns:
         The run's totals (also printed as one JSON line on stderr).
@@ -694,13 +907,22 @@ def run_files(
         log_path,
         step_time_s=step_time_s,
         max_steps=max_steps,
+        async_scheduling=async_scheduling,
     )
-    payload = {"trace": str(trace_path), **summary.__dict__}
+    payload = {"trace": str(trace_path), "async_scheduling": async_scheduling, **summary.__dict__}
     if summary_path is not None:
         summary_path.parent.mkdir(parents=True, exist_ok=True)
         summary_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(payload), file=sys.stderr)
     return summary
+
+
+def _manifest_flag(entry: dict[str, Any], key: str, default: bool) -> bool:
+    """A manifest line's boolean ``key`` (``default`` when absent); anything else is an error."""
+    value = entry.get(key, default)
+    if not isinstance(value, bool):
+        raise OracleError(f"manifest key {key} must be true or false, got {value!r}")
+    return value
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -714,7 +936,15 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--batch",
         type=Path,
-        help="JSONL manifest of runs: {trace, engine_config, schedule_log[, summary]} per line",
+        help="JSONL manifest of runs: {trace, engine_config, schedule_log[, summary]"
+        "[, async_scheduling]} per line (a line's async_scheduling overrides the flag)",
+    )
+    parser.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="drive vLLM's AsyncScheduler one step ahead with a batch queue of depth 2, as "
+        "EngineCore.step_with_batch_queue does (vLLM's GPU default); default: the synchronous "
+        "Scheduler",
     )
     parser.add_argument("--step-time", type=float, default=1.0, help="seconds per step (1.0)")
     parser.add_argument(
@@ -746,6 +976,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.summary,
                 args.step_time,
                 args.max_steps,
+                args.async_scheduling,
             )
             return 0
         for line_no, line in enumerate(args.batch.read_text(encoding="utf-8").splitlines(), 1):
@@ -760,6 +991,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     Path(entry["summary"]) if entry.get("summary") else None,
                     args.step_time,
                     args.max_steps,
+                    _manifest_flag(entry, "async_scheduling", args.async_scheduling),
                 )
             except OracleError as exc:
                 raise OracleError(f"{args.batch}:{line_no}: {exc}") from exc

@@ -97,6 +97,13 @@ class LiveEngineConfig:
         if not isinstance(self.engine, EngineConfig):
             raise ConfigError(f"engine must be an EngineConfig, got {type(self.engine).__name__}")
         e = self.engine
+        if e.async_scheduling:
+            raise ConfigError(
+                "engine.async_scheduling=True is not supported by the live backend: it steps "
+                "vLLM's synchronous EngineCore.step and reads the scheduler after every step "
+                "(and vLLM's CPU platform turns async scheduling off); set async_scheduling to "
+                "false"
+            )
         if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int):
             raise ConfigError(f"max_model_len must be an integer, got {self.max_model_len!r}")
         need = math.ceil(self.max_model_len / e.block_size)

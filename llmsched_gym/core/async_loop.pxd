@@ -1,0 +1,15 @@
+from llmsched_gym.core.request cimport Request
+from llmsched_gym.core.engine cimport Engine, StepContext
+from llmsched_gym.kv.manager cimport KVCacheManager
+
+cdef class _Batch:
+    cdef public dict scheduled
+    cdef public list samplers
+    cdef public object start, end, line, row
+
+cdef class AsyncLoop:
+    cdef public Engine engine
+    cdef public dict stale
+    cdef public bint finished_since_schedule, priority, continue_after_self
+    cdef public long threshold
+    cdef public object queue, gpu_free

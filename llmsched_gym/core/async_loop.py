@@ -1,0 +1,720 @@
+"""Async scheduling: vLLM 0.32.0's ``AsyncScheduler`` driven one step ahead of the model.
+
+With ``EngineConfig.async_scheduling`` on, ``Engine.run`` hands its loop to ``AsyncLoop``. It
+reproduces, step for step, what vLLM 0.32.0 does on a GPU by default
+(``v1/engine/core.py``, ``EngineCore.step_with_batch_queue`` with a batch queue of depth 2, and
+``v1/core/sched/async_scheduler.py``, ``AsyncScheduler``): batch N+1 is scheduled while batch N
+runs, before N's sampled tokens are known. The differential test checks it against vLLM's own
+``AsyncScheduler`` (``tests/differential``, ``--async-scheduling``).
+
+Clock (the same as the oracle's ``_run_async``):
+
+* ``now`` is the engine core's clock and ``gpu_free`` the end of the last batch on the GPU;
+* with no request in the scheduler and no batch queued, ``now`` jumps to the next arrival;
+* each iteration first admits the requests that arrived by ``now``;
+* a batch scheduled at ``now`` starts at ``max(now, gpu_free)`` and lasts the cost model's
+  step time, or 0 s when it has no tokens (vLLM executes nothing then);
+* the engine core returns at once while the queue holds fewer than 2 batches and the new batch
+  has tokens or the scheduler has requests; otherwise it waits for the oldest batch, sets
+  ``now = max(now, its end)`` and applies its output.
+
+What a request sees (vLLM 0.32.0 ``v1/core/sched/scheduler.py`` and ``async_scheduler.py``):
+
+* a request that will sample when its batch runs gets an output placeholder at schedule time
+  (``AsyncScheduler._update_after_schedule``), so it is scheduled again for one more token
+  before that token is known (``num_new = num_tokens + placeholders - num_computed``);
+* max_tokens guard (``Scheduler.schedule``, running phase): a running request with a placeholder
+  whose in-flight token surely is its ``max_tokens``-th is not scheduled again;
+* a token is appended when its batch's output is applied; the request finishes then (at the
+  batch's end time) and frees its blocks; a finished request's later in-flight output is
+  dropped (``update_from_output``);
+* prefix-cache registration at apply time covers only the tokens whose KV is computed and
+  known: ``cache_blocks(request, num_computed_tokens - num_output_placeholders)``
+  (``AsyncScheduler._update_request_with_output``, running requests only);
+* preemption zeroes the placeholders and marks the in-flight tokens stale
+  (``Scheduler._preempt_request``); stale output is still delivered (it may finish the waiting
+  request) without touching the placeholders, and a waiting request with stale output in
+  flight is skipped by admission, the requests behind it are still tried
+  (``Scheduler.schedule``, waiting phase, ``skip_request``).
+
+One schedule-log line per batch that scheduled tokens or preempted a request, written when its
+output is applied: ``time`` is the batch's start, ``scheduled`` / ``new`` / ``resumed`` /
+``preempted`` / ``num_free_blocks`` / ``num_running`` / ``num_waiting`` are read right after its
+scheduling, ``finished`` lists the requests whose last token that batch's output delivered.
+``step`` counts logged batches; so does ``Engine.num_steps``.
+
+Only the ``vllm-v1`` scheduler runs asynchronously (the scheduling rules above are vLLM's), and
+only through ``Engine.run``. With ``fast_forward`` on, steady decode stretches (one batch in
+flight, every running request decoding, nothing finishing, arriving or admissible) advance many
+batches at once (``_try_stretch``); logs and records are identical to stepping them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import cython
+
+from llmsched_gym.core.engine import _max_steps_within_blocks
+from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.errors import PolicyError
+
+if TYPE_CHECKING:
+    from llmsched_gym.core.engine import Engine, StepContext
+
+_STALL_LIMIT = 10_000
+"""Consecutive empty schedules (no tokens, no preemption) that make the loop call a deadlock."""
+
+BATCH_QUEUE_SIZE = 2
+"""vLLM 0.32.0's batch queue depth under async scheduling (``max_concurrent_batches``)."""
+
+_RUNNING = RequestStatus.RUNNING
+_FINISHED = RequestStatus.FINISHED
+
+
+class _Batch:
+    """A scheduled batch waiting for its output (one entry of the engine core's queue)."""
+
+    __slots__ = ("scheduled", "samplers", "start", "end", "line", "row")
+
+    def __init__(
+        self,
+        scheduled: dict[Request, int],
+        samplers: list[bool],
+        start: float,
+        end: float,
+        line: dict[str, Any] | None,
+        row: dict[str, Any] | None,
+    ) -> None:
+        self.scheduled = scheduled
+        """Tokens per request in scheduling order (vLLM's ``num_scheduled_tokens``)."""
+        self.samplers = samplers
+        """Per entry of ``scheduled``: whether it samples a token when the batch runs (it is
+        not a partial prefill chunk)."""
+        self.start = start
+        self.end = end
+        self.line = line
+        """Its schedule-log line without ``finished``; None for a batch that is not logged."""
+        self.row = row
+        """Its per-step record without ``num_finished`` (``record_steps``), or None."""
+
+
+class AsyncLoop:
+    """Runs an ``Engine`` under vLLM 0.32.0's async scheduling (see the module docstring).
+
+    Args:
+        engine: The engine; its config has ``async_scheduling`` on and its policy is vLLM V1's.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.stale: dict[Request, int] = {}
+        """vLLM's ``num_stale_output_tokens``: in-flight tokens scheduled before a preemption."""
+        self.finished_since_schedule = False
+        """vLLM's non-empty ``finished_req_ids``: ``has_requests()`` stays true until the next
+        ``schedule()`` tells the workers."""
+        self.queue: deque[_Batch] = deque()
+        self.gpu_free = engine.now
+        policy = engine.policy
+        self.priority = policy.queue_policy(engine.config) == "priority"
+        """Priority queue and victims (else FCFS: the last admitted is preempted)."""
+        self.continue_after_self = self.priority and policy.preemption_rule == "0.33"
+        """vLLM 0.33's rule: a self-preempting request does not end the running phase."""
+        self.threshold = engine.config.long_prefill_token_threshold
+
+    # -- the engine core ---------------------------------------------------------------------
+    def has_requests(self) -> bool:
+        """vLLM's ``Scheduler.has_requests``: unfinished requests, or finishes not yet reported."""
+        eng = self.engine
+        return bool(eng._running or eng.waiting or self.finished_since_schedule)
+
+    @cython.locals(eng="Engine", idle=cython.long, fast_forward=cython.bint)
+    def run(self, progress: Any = None) -> None:
+        """Run until every request finished (``progress(k)``: k more requests finished).
+
+        The loop of ``EngineCore.step_with_batch_queue`` (vLLM 0.32.0, ``v1/engine/core.py``):
+        schedule while the queue has room, else apply the oldest batch's output.
+        """
+        eng = self.engine
+        queue = self.queue
+        pending = eng._pending
+        last_done = len(eng.finished)
+        idle = 0
+        fast_forward = eng.fast_forward and eng.policy.fast_forward_safe
+        # ``has_requests()`` inlined: running, waiting, or finishes not yet reported.
+        while (
+            eng._next_arrival < len(pending)
+            or eng._running
+            or eng.waiting
+            or self.finished_since_schedule
+            or queue
+        ):
+            if not (eng._running or eng.waiting or self.finished_since_schedule or queue):
+                eng.now = max(eng.now, pending[eng._next_arrival].arrival_time)
+            eng._admit_arrivals()
+            if fast_forward and len(queue) == 1 and self._try_stretch():
+                continue
+            if eng._running or eng.waiting or self.finished_since_schedule:
+                batch = self.schedule()
+                if batch.scheduled or eng.ctx.preempted:
+                    idle = 0
+                else:
+                    idle += 1
+                    if idle > _STALL_LIMIT:
+                        raise PolicyError(
+                            f"async scheduling: {_STALL_LIMIT} consecutive schedules with "
+                            f"nothing scheduled, {len(eng.waiting)} waiting and "
+                            f"{len(eng._running)} running at t={eng.now:.3f} s (a deadlock)"
+                        )
+                queue.append(batch)
+                if len(queue) < BATCH_QUEUE_SIZE and (
+                    batch.scheduled or eng._running or eng.waiting or self.finished_since_schedule
+                ):
+                    continue
+            self.apply(queue.popleft())
+            if progress is not None and len(eng.finished) != last_done:
+                progress(len(eng.finished) - last_done)
+                last_done = len(eng.finished)
+
+    # -- fast-forward --------------------------------------------------------------------------
+    @cython.locals(
+        eng="Engine",
+        kv="KVCacheManager",
+        req=Request,
+        b=_Batch,
+        running=list,
+        n=cython.long,
+        k=cython.long,
+        j=cython.long,
+        i=cython.long,
+        bs=cython.long,
+        free=cython.long,
+        m0=cython.long,
+        longest=cython.long,
+        left=cython.long,
+        c=cython.long,
+        pos=cython.long,
+        room=cython.long,
+        ev=cython.long,
+        end=cython.long,
+        stride=cython.long,
+        caching=cython.bint,
+        events=list,
+        free_after=list,
+    )
+    def _try_stretch(self) -> bool:
+        """Advance a steady decode stretch of ``j`` batches at once; False if it may not.
+
+        The state (one batch in flight that schedules every running request for one token
+        and samples all of them, each holding one placeholder; no stale output, no finish to
+        report, no admissible waiting request) repeats batch after batch until a request's
+        last token is delivered, an arrival, or blocks run out. Stepping it is: schedule batch
+        ``k + i`` (all running, one token each) then apply batch ``k + i - 1``, for
+        ``i = 1..j``; this does the same in one pass, leaving batch ``k + j`` in flight.
+        Identical logs and records (the differential test runs this path).
+        """
+        eng = self.engine
+        if self.stale or self.finished_since_schedule:
+            return False
+        running = eng._running
+        n = len(running)
+        if n == 0 or n > eng.config.max_num_batched_tokens:
+            return False
+        b = self.queue[0]
+        if len(b.scheduled) != n or not all(b.samplers):
+            return False
+        kv = eng._kv
+        scheduled = b.scheduled
+        k = 1 << 62
+        m0 = 0
+        longest = 0
+        for req in running:
+            c = req.num_computed_tokens
+            if (
+                req.num_output_placeholders != 1
+                or c != req.num_tokens
+                or scheduled.get(req, 0) != 1
+            ):
+                return False
+            # Batch k delivers token o + 1, batch k + i - 1 token o + i: no finish while
+            # o + j < output_len (then the max_tokens guard cannot bind either).
+            left = req._output_len - req.num_output_tokens - 1
+            if left < k:
+                k = left
+            m0 += c
+            if c > longest:
+                longest = c
+        if k < 2:
+            return False
+        if eng._phase_items and any(r.in_prefill_phase for r in running):
+            return False
+        waiting = eng.waiting
+        if waiting and n < eng.config.max_num_seqs:
+            head = waiting.peek()
+            # As the synchronous stretch: free blocks only shrink, the head's need only grows.
+            if not kv.surely_blocked(head):
+                hits, _ = kv.get_computed_blocks(head)
+                if kv.blocks_to_admit(head, hits) <= kv.pool.num_free:
+                    return False
+        bs = kv.block_size
+        free = kv.pool.num_free
+        rooms = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
+        if n * ((k + bs - 1) // bs) > free:
+            k = _max_steps_within_blocks(rooms, bs, free, k)
+            if k < 2:
+                return False
+        t_arr = (
+            eng._pending[eng._next_arrival].arrival_time
+            if eng._next_arrival < len(eng._pending)
+            else float("inf")
+        )
+        # Batch k + i is scheduled when batch k + i - 2 ends, i.e. when batch k + i - 1
+        # starts: every batch of the stretch but the first must start before the arrival.
+        durations, starts = eng._decode_series(
+            n, m0, longest if eng._decode_series_longest is not None else 0, k, b.end, t_arr
+        )
+        j = len(durations)
+        if j < 2:
+            return False
+        self._advance_stretch(j, durations, starts, rooms)
+        return True
+
+    def _advance_stretch(
+        self, j: int, durations: list[float], starts: list[float], rooms: list[int]
+    ) -> None:
+        """Apply a stretch of ``j`` batches found by ``_try_stretch`` (see there)."""
+        eng = self.engine
+        kv = eng._kv
+        pool = kv.pool
+        running = eng._running
+        n = len(running)
+        bs = kv.block_size
+        # Batch k's output, as stepping applies it right after batch k + 1 is scheduled (no
+        # finish, so nothing batch k + 1's scheduling reads changes with the order).
+        self.apply(self.queue.popleft())
+        # Block allocations in (batch, running position) order, as stepping makes them.
+        events: list[int] = []
+        stride = bs * n
+        end = j * n
+        for pos in range(n):
+            room = rooms[pos]
+            if room < j:
+                events.extend(range(room * n + pos, end + pos, stride))
+        events.sort()
+        free_after: list[int] = []
+        ev = 0
+        free = pool.num_free
+        for i in range(j):
+            while ev < len(events) and events[ev] // n == i:
+                free -= 1
+                ev += 1
+            free_after.append(free)
+        if events:
+            for e, blk in zip(events, pool.get_new_blocks(len(events)), strict=True):
+                running[e % n].blocks.append(blk)
+        caching = kv.enable_caching
+        last_end = starts[j - 1]  # end of batch k + j - 1, the last one applied
+        for req in running:
+            c = req.num_computed_tokens + j
+            req.num_computed_tokens = c
+            req.num_computed_total += j
+            req.num_tokens += j - 1
+            req.num_output_tokens += j - 1
+            req.last_token_time = last_end
+            req.num_output_placeholders = 1
+            # Known and computed tokens end at c - 1 (batch k + j computes the last one).
+            if caching and (c - 1) // bs > req.num_cached_blocks:
+                kv.cache_blocks(req, c - 1)
+        # Batches k + 1 .. k + j - 1 applied: n tokens each, one step's duration apart.
+        itl_values = eng.itl_values
+        itl_weights = eng.itl_weights
+        for i in range(1, j):
+            itl_values.append(starts[i] - starts[i - 1])
+            itl_weights.append(n)
+        ids = None
+        step0 = eng.num_steps
+        n_waiting = len(eng.waiting)
+        log = eng.schedule_log
+        if log is not None:
+            ids = json.dumps({r.request_id: 1 for r in running})
+            for i in range(j - 1):
+                log.write(
+                    f'{{"step": {step0 + i}, "time": {json.dumps(starts[i])}, '
+                    f'"scheduled": {ids}, "new": {{}}, "resumed": {{}}, "preempted": [], '
+                    f'"finished": [], "num_free_blocks": {free_after[i]}, '
+                    f'"num_running": {n}, "num_waiting": {n_waiting}}}\n'
+                )
+        steps = eng._steps
+        rows = []
+        for i in range(j):
+            row = None
+            if steps is not None:
+                row = {
+                    "step": step0 + i,
+                    "time_s": starts[i],
+                    "duration_s": durations[i],
+                    "num_scheduled_tokens": n,
+                    "num_prefill": 0,
+                    "num_decode": n,
+                    "num_new": 0,
+                    "num_resumed": 0,
+                    "num_preempted": 0,
+                    "num_finished": 0,
+                    "num_running": n,
+                    "num_waiting": n_waiting,
+                    "num_free_blocks": free_after[i],
+                }
+            rows.append(row)
+        if steps is not None:
+            for i in range(j - 1):
+                for key, value in rows[i].items():
+                    steps[key].append(value)
+        # Batch k + j stays in flight, as stepping leaves it.
+        line = None
+        if log is not None:
+            line = {
+                "step": step0 + j - 1,
+                "time": starts[j - 1],
+                "scheduled": {r.request_id: 1 for r in running},
+                "new": {},
+                "resumed": {},
+                "preempted": [],
+                "finished": [],
+                "num_free_blocks": free_after[j - 1],
+                "num_running": n,
+                "num_waiting": n_waiting,
+            }
+        self.queue.append(
+            _Batch(dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, rows[j - 1])
+        )
+        self.gpu_free = starts[j]
+        if last_end > eng.now:
+            eng.now = last_end
+        eng.num_steps += j
+        eng.num_ff_steps += j
+
+    # -- scheduling ----------------------------------------------------------------------------
+    @cython.locals(
+        eng="Engine", ctx="StepContext", req=Request, n=cython.long, c=cython.long, p=cython.long
+    )
+    def schedule(self) -> _Batch:
+        """One ``AsyncScheduler.schedule()`` call, queued as a batch."""
+        eng = self.engine
+        ctx = eng.ctx
+        start = max(eng.now, self.gpu_free)
+        ctx._begin(start, eng.num_steps)
+        self.finished_since_schedule = False
+        self._running_phase(ctx)
+        if not ctx.preempted:
+            # vLLM skips waiting requests whose stale output is still in flight.
+            eng.policy.schedule_waiting_phase(ctx, self.stale)
+        scheduled = ctx.scheduled
+        num_free = eng._kv.pool.num_free
+        duration = eng._price(ctx) if scheduled else 0.0
+        end = start + duration
+        self.gpu_free = end
+        # vLLM's _update_after_schedule (+ AsyncScheduler's): advance computed tokens; a request
+        # that is not a partial prefill chunk after it samples, so it gets a placeholder. The
+        # chunk test counts the placeholders from before this batch.
+        samplers: list[bool] = []
+        for req, n in scheduled.items():
+            c = req.num_computed_tokens + n
+            req.num_computed_tokens = c
+            req.num_computed_total += n
+            p = req.num_output_placeholders
+            if c >= req.num_tokens + p:
+                samplers.append(True)
+                req.num_output_placeholders = p + 1
+            else:
+                samplers.append(False)
+        line = row = None
+        if scheduled or ctx.preempted:
+            eng.num_preemptions += len(ctx.preempted)
+            step = eng.num_steps
+            eng.num_steps += 1
+            if eng.schedule_log is not None:
+                line = {
+                    "step": step,
+                    "time": start,
+                    "scheduled": {r.request_id: n for r, n in scheduled.items()},
+                    "new": {r.request_id: h for r, h in ctx.new},
+                    "resumed": {r.request_id: h for r, h in ctx.resumed},
+                    "preempted": [r.request_id for r in ctx.preempted],
+                    "finished": [],
+                    "num_free_blocks": num_free,
+                    "num_running": len(eng._running),
+                    "num_waiting": len(eng.waiting),
+                }
+            if eng._steps is not None:
+                row = {
+                    "step": step,
+                    "time_s": start,
+                    "duration_s": duration,
+                    "num_scheduled_tokens": ctx._tokens,
+                    "num_prefill": ctx._num_prefill,
+                    "num_decode": ctx._num_decode,
+                    "num_new": len(ctx.new),
+                    "num_resumed": len(ctx.resumed),
+                    "num_preempted": len(ctx.preempted),
+                    "num_finished": 0,
+                    "num_running": len(eng._running),
+                    "num_waiting": len(eng.waiting),
+                    "num_free_blocks": num_free,
+                }
+        # ctx._begin gives the next step a new dict: the batch keeps this one.
+        return _Batch(scheduled, samplers, start, end, line, row)
+
+    @cython.locals(
+        eng="Engine",
+        kv="KVCacheManager",
+        req=Request,
+        running=list,
+        scheduled=dict,
+        caching=cython.bint,
+        priority=cython.bint,
+        bs=cython.long,
+        budget=cython.long,
+        threshold=cython.long,
+        tokens=cython.long,
+        attn=cython.long,
+        dkv=cython.long,
+        pkv=cython.long,
+        n_pre=cython.long,
+        n_dec=cython.long,
+        i=cython.long,
+        p=cython.long,
+        c=cython.long,
+        n=cython.long,
+        end=cython.long,
+        t=cython.long,
+    )
+    def _running_phase(self, ctx: StepContext) -> None:
+        """vLLM 0.32.0 ``Scheduler.schedule``, first phase, with async placeholders.
+
+        ``num_new = num_tokens + placeholders - num_computed`` (a request with a token in flight
+        is scheduled for the next one); the step's cost features are summed locally and added
+        to ``ctx`` at the end (``ctx.preempt`` takes a victim's share off ``ctx`` directly).
+        """
+        eng = self.engine
+        kv = eng._kv
+        policy = eng.policy
+        priority = self.priority
+        threshold = self.threshold if ctx.num_eligible > 1 else 0
+        running = ctx.running
+        scheduled = ctx.scheduled
+        caching = kv.enable_caching
+        bs = kv.block_size
+        budget = ctx.token_budget
+        tokens = attn = dkv = pkv = n_pre = n_dec = 0
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            p = req.num_output_placeholders
+            c = req.num_computed_tokens
+            # The max_tokens guard: the token in flight surely is the last one allowed.
+            if p > 0 and c + 2 - p >= req.num_prompt_tokens + req.max_tokens:
+                i += 1
+                continue
+            n = req.num_tokens + p - c
+            if 0 < threshold < n:
+                n = threshold
+            if n > budget:
+                n = budget
+            if n <= 0:
+                i += 1
+                continue
+            end = c + n
+            if end <= len(req.blocks) * bs:
+                # The slots exist: allocate_slots would only register newly full known blocks.
+                if caching:
+                    t = req.num_tokens
+                    if end < t:
+                        t = end
+                    if t // bs > req.num_cached_blocks:
+                        kv.cache_blocks(req, t)
+            elif kv.allocate_slots(req, n) is None:
+                ok = True
+                ctx.token_budget = budget
+                while True:
+                    if priority:
+                        victim = max(running, key=policy.victim_key)
+                        if running.index(victim) < i:
+                            i -= 1
+                    else:
+                        victim = running[-1]
+                    self._preempt(ctx, victim)
+                    if victim is req:
+                        ok = False
+                        break
+                    if kv.allocate_slots(req, n) is not None:
+                        break
+                budget = ctx.token_budget
+                if not ok:
+                    if self.continue_after_self:
+                        continue
+                    break
+            scheduled[req] = n
+            budget -= n
+            tokens += n
+            if n == 1:
+                dkv += c
+                n_dec += 1
+            else:
+                attn += n * n + 2 * c * n
+                pkv += c
+                n_pre += 1
+            i += 1
+        ctx.token_budget = budget
+        ctx._tokens += tokens
+        ctx._prefill_attn += attn
+        ctx._decode_kv += dkv
+        ctx._prefill_kv += pkv
+        ctx._num_prefill += n_pre
+        ctx._num_decode += n_dec
+
+    def _preempt(self, ctx: StepContext, req: Request) -> None:
+        """``StepContext.preempt`` plus vLLM's async bookkeeping (``_preempt_request``).
+
+        The in-flight tokens become stale (still delivered, placeholders untouched) and the
+        placeholders are zeroed; ``refill_tokens`` is the sequence known at preemption.
+        """
+        ctx.preempt(req)
+        req.num_output_placeholders = 0
+        # vLLM's num_in_flight_tokens: its tokens in the batches queued, not applied yet.
+        stale = 0
+        for batch in self.queue:
+            stale += batch.scheduled.get(req, 0)
+        if stale:
+            self.stale[req] = stale
+
+    # -- outputs -------------------------------------------------------------------------------
+    @cython.locals(
+        eng="Engine",
+        kv="KVCacheManager",
+        req=Request,
+        caching=cython.bint,
+        bs=cython.long,
+        stale=dict,
+        finished=list,
+        itl_values=list,
+        itl_weights=list,
+        samplers=list,
+        same_gap=cython.long,
+        k=cython.long,
+        n=cython.long,
+        s=cython.long,
+        o=cython.long,
+        p=cython.long,
+        t=cython.long,
+        samples=cython.bint,
+        is_stale=cython.bint,
+    )
+    def apply(self, batch: _Batch) -> None:
+        """Apply a batch's output: vLLM 0.32.0 ``Scheduler.update_from_output`` (async).
+
+        Tokens carry the batch's end time; inter-token gaps that equal the batch's duration
+        (the request's previous token came from the batch before) are counted in one entry.
+        """
+        eng = self.engine
+        kv = eng._kv
+        caching = kv.enable_caching
+        bs = kv.block_size
+        start = batch.start
+        end = batch.end
+        if end > eng.now:
+            eng.now = end
+        stale = self.stale
+        finished: list[Request] = []
+        itl_values = eng.itl_values
+        itl_weights = eng.itl_weights
+        same_gap = 0
+        k = 0
+        samplers = batch.samplers
+        for req, n in batch.scheduled.items():
+            samples = samplers[k]
+            k += 1
+            if req.status is _FINISHED:
+                continue  # finished while this batch ran: its output is dropped
+            is_stale = False
+            if stale:
+                s = stale.get(req, 0)
+                if s:
+                    is_stale = True
+                    if s > n:
+                        stale[req] = s - n
+                    else:
+                        del stale[req]
+            if not samples:
+                continue
+            status_before = req.status
+            req.num_tokens += 1
+            o = req.num_output_tokens + 1
+            req.num_output_tokens = o
+            if status_before is not _RUNNING:
+                eng.waiting_tokens += 1
+            last = req.last_token_time
+            if last is None:
+                req.first_token_time = end
+            elif last == start:
+                same_gap += 1
+            else:
+                itl_values.append(end - last)
+                itl_weights.append(1)
+            req.last_token_time = end
+            p = req.num_output_placeholders
+            if not is_stale:  # zeroed at the preemption that made it stale
+                p -= 1
+                req.num_output_placeholders = p
+            if caching and status_before is _RUNNING:
+                t = req.num_computed_tokens - p
+                if t // bs > req.num_cached_blocks:  # a block became full and known
+                    kv.cache_blocks(req, t)
+            if o >= req._output_len:
+                finished.append(req)
+        if same_gap:
+            itl_values.append(end - start)
+            itl_weights.append(same_gap)
+        if finished:
+            self._finish(finished, end)
+        if batch.line is not None:
+            batch.line["finished"] = [r.request_id for r in finished]
+            eng.schedule_log.write(json.dumps(batch.line) + "\n")
+        if batch.row is not None:
+            batch.row["num_finished"] = len(finished)
+            for key, value in batch.row.items():
+                eng._steps[key].append(value)
+
+    def _finish(self, finished: list[Request], end: float) -> None:
+        """Finish requests at ``end`` in scheduling order: free blocks, leave their queue.
+
+        A preempted request can finish too, when the stale output of a batch scheduled before
+        its preemption delivers its last token (vLLM 0.32.0 ``update_from_output``).
+        """
+        eng = self.engine
+        self.finished_since_schedule = True
+        running = eng._running
+        for req in finished:
+            req.num_output_placeholders = 0
+            self.stale.pop(req, None)
+            if req.status is _RUNNING:
+                eng.running_tokens -= req.num_tokens - req.num_computed_tokens
+                running.remove(req)
+            else:
+                eng.waiting.remove(req)
+                eng.waiting_tokens -= req.num_tokens
+            req.status = RequestStatus.FINISHED
+            req.finish_time = end
+            eng._kv.free(req)
+            eng.policy.on_finish(req, end)
+        eng.finished.extend(finished)
+        for listener in eng.finish_listeners:
+            listener(finished, end)
+        if eng.jobs is not None:
+            released = []
+            for req in finished:
+                released.extend(eng.jobs.on_finish(req.spec, end))
+            if released:
+                eng._release(released)
+
