@@ -330,8 +330,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--horizon", type=int, default=None, help="decisions per fork (default: to the episode end)"
     )
-    p.add_argument("--seed", type=int, default=0, help="workload and sampling seed")
-    p.add_argument("--out", default="out/counterfactual", metavar="DIR", help="output folder")
+    p.add_argument("--seed", type=int, default=0, help="workload and sampling seed (default 0)")
+    p.add_argument(
+        "--out",
+        default="out/counterfactual",
+        metavar="DIR",
+        help="output folder (default out/counterfactual)",
+    )
     p.set_defaults(func=_cmd)
 
 
