@@ -12,12 +12,13 @@ wall-second (learning included) and each setting's ratio to one in-process envir
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
+import gymnasium as gym
 import torch
 from stable_baselines3 import PPO
-from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import llmsched_gym  # noqa: F401 - registers the ids
@@ -31,7 +32,8 @@ SETTINGS = (("dummy", 1), ("subproc", 2), ("subproc", 4))
 def rate(kind: str, n: int, steps: int) -> float:
     """Environment steps per wall-second of ``PPO.learn`` with ``n`` environments."""
     cls = DummyVecEnv if kind == "dummy" else SubprocVecEnv
-    venv = make_vec_env(ENV_ID, n_envs=n, seed=0, vec_env_cls=cls, env_kwargs=KW)
+    venv = cls([functools.partial(gym.make, ENV_ID, **KW) for _ in range(n)])
+    venv.seed(0)
     model = PPO(RowScorePolicy, venv, n_steps=2048 // n, batch_size=256, seed=0, device="cpu")
     t0 = time.perf_counter()
     model.learn(steps)
