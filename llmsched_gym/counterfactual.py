@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,6 +296,8 @@ def write_outputs(result: CounterfactualResult, out: str | Path) -> list[Path]:
 
 def add_parser(sub: Any) -> None:
     """The ``counterfactual`` command of the top-level CLI."""
+    from llmsched_gym.cli.common import add_set_argument, positive_int
+
     p = sub.add_parser(
         "counterfactual",
         help="regret of a policy's decisions: fork at sampled decisions, try every alternative",
@@ -311,14 +312,8 @@ def add_parser(sub: Any) -> None:
         "--policy", required=True, help="router (route) or scheduler whose choices are judged"
     )
     p.add_argument("--decision", required=True, choices=sorted(DECISIONS), help="which decision")
-    p.add_argument("--num-requests", type=int, default=None, help="shorten the workload")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="scenario override (repeatable), e.g. --set workload.rate_per_s=40 (YAML values)",
-    )
+    p.add_argument("--num-requests", type=positive_int, default=None, help="shorten the workload")
+    add_set_argument(p)
     p.add_argument("--points", type=int, default=20, help="decision points examined (default 20)")
     p.add_argument(
         "--alternatives",
@@ -340,24 +335,11 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=_cmd)
 
 
-def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as scenario overrides (values parsed as YAML scalars)."""
-    from llmsched_gym import _yaml
-
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set needs KEY=VALUE, got {pair!r}")
-        out[key.strip()] = _yaml.safe_load(value) if value.strip() else None
-    return out
-
-
 def _cmd(args: Any) -> int:
-    overrides = _overrides(args.set)
+    from llmsched_gym.cli.common import parse_overrides
+
+    overrides = parse_overrides(args.overrides)
     if args.num_requests is not None:
-        if args.num_requests < 1:
-            raise ConfigError(f"--num-requests must be >= 1, got {args.num_requests}")
         overrides["workload.num_requests"] = args.num_requests
     result = counterfactual(
         args.scenario,
