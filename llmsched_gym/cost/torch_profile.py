@@ -919,6 +919,24 @@ def _measure_steps(
     return rows
 
 
+def _start(cfg: ProfilerConfig) -> tuple[Any, ModelSpec]:
+    """Validate ``cfg``, import torch for its device, seed it; ``(torch, the model's shapes)``."""
+    cfg.validate()
+    torch = _import_torch()
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise CostModelError(
+            "profiler: device 'cuda' asked for but torch sees no GPU; use --device cpu"
+        )
+    spec = model_spec(cfg.model)
+    if spec.num_attention_heads % spec.num_key_value_heads:
+        raise CostModelError(f"{spec.name}: attention heads must be a multiple of KV heads")
+    torch.manual_seed(cfg.seed)
+    if not cfg.device.startswith("cuda"):
+        # One thread: CPU timings on a shared machine are far steadier without OpenMP spinning.
+        torch.set_num_threads(1)
+    return torch, spec
+
+
 def time_batches(
     cfg: ProfilerConfig, batches: BatchSet, progress: bool = False
 ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -931,17 +949,8 @@ def time_batches(
     longest = int((batches.c + batches.m).max()) if batches.num_batches else 1
     if longest > cfg.grid.max_model_len:  # rotary tables cover every position of the batches
         cfg = replace(cfg, grid=replace(cfg.grid, max_model_len=longest))
-    cfg.validate()
-    torch = _import_torch()
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise CostModelError(
-            "profiler: device 'cuda' asked for but torch sees no GPU; use --device cpu"
-        )
-    spec = model_spec(cfg.model)
+    torch, spec = _start(cfg)
     kv = np.bincount(batches.batch, weights=batches.c + batches.m, minlength=batches.num_batches)
-    torch.manual_seed(cfg.seed)
-    if not cfg.device.startswith("cuda"):
-        torch.set_num_threads(1)
     with torch.inference_mode():
         model = _Model(torch, spec, cfg, int(kv.max()) + 1)
         rows = _measure_steps(model, _Timer(torch, cfg), batches, progress)
@@ -999,23 +1008,11 @@ def run_profile(cfg: ProfilerConfig, out_dir: str | Path, progress: bool = True)
     Returns:
         The output folder.
     """
-    cfg.validate()
-    torch = _import_torch()
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise CostModelError(
-            "profiler: device 'cuda' asked for but torch sees no GPU; use --device cpu"
-        )
-    spec = model_spec(cfg.model)
-    if spec.num_attention_heads % spec.num_key_value_heads:
-        raise CostModelError(f"{spec.name}: attention heads must be a multiple of KV heads")
+    torch, spec = _start(cfg)
     grid = cfg.grid
     batches = grid.step_batches()
     kv_per_step = np.bincount(batches.batch, weights=batches.c + batches.m).max()
     max_kv = int(max(kv_per_step, grid.max_num_seqs * grid.max_model_len))
-    torch.manual_seed(cfg.seed)
-    if not cfg.device.startswith("cuda"):
-        # One thread: CPU timings on a shared machine are far steadier without OpenMP spinning.
-        torch.set_num_threads(1)
     t0 = time.perf_counter()
     with torch.inference_mode():
         model = _Model(torch, spec, cfg, max_kv)
