@@ -21,6 +21,7 @@ unflagged one, and oracle rows are ranked apart.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -157,17 +158,22 @@ def _load_entry(spec: str, base: Path | None = None) -> Callable[..., Any]:
         path = Path(target) if base is None else base / target
         if not path.is_file():
             raise ConfigError(f"entry point {spec!r}: no file {path}")
-        mod_name = f"_llmsched_submission_{abs(hash(str(path.resolve())))}"
-        module_spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[mod_name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[mod_name]
-            raise ConfigError(
-                f"entry point {spec!r}: importing {path} raised {type(exc).__name__}: {exc}"
-            ) from exc
+        # Imported once per process, as import_module does: every workload's resolution (and
+        # each Ray task on the same worker) reuses the module instead of executing it again.
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+        mod_name = f"_llmsched_submission_{digest}"
+        module = sys.modules.get(mod_name)
+        if module is None:
+            module_spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[mod_name] = module
+            try:
+                module_spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[mod_name]
+                raise ConfigError(
+                    f"entry point {spec!r}: importing {path} raised {type(exc).__name__}: {exc}"
+                ) from exc
     else:
         try:
             module = importlib.import_module(target)
