@@ -335,7 +335,6 @@ def measure_capacity(sc: SuiteScenario, src: Source, reference: str, interface: 
 
 
 def _parse_sources(data: Any, where: str) -> dict[str, Source]:
-    data = _only(data, (), where) if not isinstance(data, Mapping) else data
     out = {}
     for name, raw in data.items():
         w = f"{where}.{name}"

@@ -7,14 +7,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llmsched_gym.leaderboard.score import Score, geometric_score
+from llmsched_gym.leaderboard.score import geometric_score
 from llmsched_gym.leaderboard.suite import LEVELS, Suite
 
 __all__ = ["leaderboard_rows", "markdown_table", "plot_scores", "task_spread"]
-
-
-def _fmt_ratio(s: Score) -> str:
-    return s.text()
 
 
 def leaderboard_rows(
@@ -139,7 +135,7 @@ def markdown_table(
         cells = [
             str(rank) if ranked else "—",
             r["method"],
-            _fmt_ratio(r["score"]),
+            r["score"].text(),
             *(f"{r['levels'][lvl].value:.3f}" if r["levels"][lvl].n else "—" for lvl in levels),
             f"{r['tail'].value:.3f}" if r["tail"].n else "—",
             str(r["num_workloads"]),
