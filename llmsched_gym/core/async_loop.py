@@ -387,7 +387,9 @@ class AsyncLoop:
                 "num_waiting": n_waiting,
             }
         self.queue.append(
-            _Batch(dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, rows[j - 1])
+            _Batch(
+                dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, rows[j - 1]
+            )
         )
         self.gpu_free = starts[j]
         if last_end > eng.now:
