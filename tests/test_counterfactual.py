@@ -103,7 +103,6 @@ def test_counterfactual_regret_is_consistent(tmp_path):
     assert (
         t.loc[t["regret"] == 0, "policy_action"] == t.loc[t["regret"] == 0, "best_action"]
     ).all()
-    # The policy's own choice, forked, returns what the original run returns from there on.
     paths = write_outputs(res, tmp_path)
     assert all(p.is_file() for p in paths)
     again = counterfactual(
