@@ -43,10 +43,13 @@ class EngineConfig:
     """When > 0 and more than one request is running or waiting, cap each request's new tokens
     per step at this value (vLLM's partial-prefill knob); 0 disables the cap."""
     max_model_len: int | None = None
-    """Longest request in tokens (prompt + max_tokens), vLLM's ``--max-model-len``. A longer
-    prompt is refused with vLLM's message (``check_request_lengths``); None (the default) sets
-    no limit, so the shipped scenarios keep every request (some Azure prompts exceed
-    Llama-2's 4,096-token context)."""
+    """Longest request in tokens (prompt + max_tokens), vLLM's ``--max-model-len``.
+
+    Where settings come from a file, a mapping or the CLI (``resolve_config``), an absent key is
+    derived as vLLM derives it: the cost profile's model's context length
+    (``max_position_embeddings``). ``null`` (None, also this class's default) sets no limit,
+    a simulator-only choice that shipped scenarios whose traces outgrow their model's context
+    make explicitly. A longer request is refused with vLLM's message (``admit``)."""
     async_scheduling: bool = False
     """Schedule step N+1 before step N's output is known, as vLLM's ``AsyncScheduler`` does
     (vLLM 0.32.0 ``--async-scheduling``; its default on GPUs). Off by default: the simulator's
@@ -136,7 +139,7 @@ class EngineConfig:
         except Exception as exc:  # noqa: BLE001 - any parse error becomes a ConfigError
             raise ConfigError(f"engine config {path} is not valid JSON/YAML: {exc}") from None
         data = data or {}
-        cls.from_dict(data, source=str(path))  # validate
+        cls.from_dict(data, source=str(path)).verify_vllm_limits(str(path))  # validate
         return data
 
     def replace(self, **changes: Any) -> EngineConfig:
@@ -156,8 +159,9 @@ class EngineConfig:
     def verify_vllm_limits(self, source: str = "engine settings") -> None:
         """The cross-field checks vLLM's ``SchedulerConfig`` makes when a server starts.
 
-        Run where a user's settings enter (the CLI); the Python API keeps accepting the tiny
-        engines that unit tests build.
+        Run where a user's settings enter: the CLI, scenario files and engine-config files.
+        ``EngineConfig(...)`` in Python keeps accepting engines vLLM would not start (the formal
+        models of InferMax's analysis, tiny test engines).
 
         Raises:
             ConfigError: ``max_num_batched_tokens < max_num_seqs`` (vLLM: every running sequence
@@ -177,28 +181,51 @@ class EngineConfig:
                 f"must be at most max_model_len ({m})"
             )
 
-    def check_request_lengths(self, specs: Any, source: str = "the workload") -> None:
-        """Refuses a request longer than ``max_model_len``, with vLLM's messages.
+    def refusal(self, spec: Any) -> str | None:
+        """vLLM's message refusing ``spec``, or None when it fits ``max_model_len``.
 
         vLLM rejects a prompt longer than ``max_model_len`` ("The decoder prompt (length N) is
         longer than the maximum model length of M"), and a request whose prompt and
-        ``max_tokens`` together exceed it (the OpenAI server's "maximum context length").
+        ``max_tokens`` together exceed it (the OpenAI server's "maximum context length"); the
+        server answers either with HTTP 400 and serves the other requests.
         """
         m = self.max_model_len
         if m is None:
+            return None
+        p = spec.prompt_len
+        if p > m:
+            return (
+                f"The decoder prompt (length {p}) is longer than the maximum model length of "
+                f"{m}. Make sure that `max_model_len` is no smaller than the number of text "
+                "tokens."
+            )
+        if p + spec.max_tokens > m:
+            return (
+                f"This model's maximum context length is {m} tokens. However, you requested "
+                f"{p + spec.max_tokens} tokens ({p} in the messages, {spec.max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion (or raise "
+                "max_model_len)."
+            )
+        return None
+
+    def admit(self, specs: Any) -> tuple[list, list]:
+        """(admitted, refused): the requests vLLM's server would serve and those it refuses."""
+        if self.max_model_len is None:
+            return list(specs), []
+        admitted, refused = [], []
+        for spec in specs:
+            (refused if self.refusal(spec) else admitted).append(spec)
+        return admitted, refused
+
+    def check_request_lengths(self, specs: Any, source: str = "the workload") -> None:
+        """Raises on the first request longer than ``max_model_len`` (``refusal``'s message).
+
+        For workloads that cannot lose a request (a job's stages) and for the engine itself,
+        which sees only admitted requests.
+        """
+        if self.max_model_len is None:
             return
         for spec in specs:
-            p = spec.prompt_len
-            if p > m:
-                raise ConfigError(
-                    f"{source}: request {spec.request_id!r}: The decoder prompt (length {p}) is "
-                    f"longer than the maximum model length of {m}. Make sure that "
-                    "`max_model_len` is no smaller than the number of text tokens."
-                )
-            if p + spec.max_tokens > m:
-                raise ConfigError(
-                    f"{source}: request {spec.request_id!r}: This model's maximum context "
-                    f"length is {m} tokens. However, you requested {p + spec.max_tokens} tokens "
-                    f"({p} in the messages, {spec.max_tokens} in the completion). Please reduce "
-                    "the length of the messages or completion (or raise max_model_len)."
-                )
+            reason = self.refusal(spec)
+            if reason is not None:
+                raise ConfigError(f"{source}: request {spec.request_id!r}: {reason}")

@@ -117,7 +117,9 @@ def resolve_config(
     ``num_gpu_blocks`` comes from the cost profile (as vLLM sizes its KV cache) when the config
     does not set it and the profile knows its model and GPU; the profile's ``num_gpu_blocks``
     gets the config's ``block_size``, ``max_num_batched_tokens`` and ``max_num_seqs`` (vLLM's
-    profiling batch).
+    profiling batch). ``max_model_len`` comes from the profile's model (its context length, as
+    vLLM derives it) when the config has no such key; an explicit null keeps no limit. An
+    ``EngineConfig`` object is taken as it is.
     """
     if isinstance(config, EngineConfig):
         return config
@@ -131,6 +133,10 @@ def resolve_config(
         derive = getattr(cost_model, "num_gpu_blocks", None)
         if callable(derive):
             data["num_gpu_blocks"] = int(derive(**_capacity_kwargs(data)))
+    if "max_model_len" not in data:
+        context = getattr(cost_model, "max_model_len", None)
+        if callable(context):
+            data["max_model_len"] = context()
     return EngineConfig.from_dict(data)
 
 
@@ -163,6 +169,10 @@ def simulate(
 
     Jobs (``llmsched_gym.core.job.Job``) release their stages' requests as predecessors finish.
 
+    Requests longer than ``max_model_len`` are refused, as vLLM's server refuses them, and the
+    rest are served; ``summary["num_refused"]`` counts them. A job cannot lose a request, so an
+    over-long request in a job is an error.
+
     The schedule log (JSONL, one line per engine step, DESIGN.md contract) is written atomically:
     on any error no partial file is left behind.
     """
@@ -188,11 +198,17 @@ def simulate(
     for x in specs:
         if not isinstance(x, RequestSpec):
             raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
-    if cfg.max_model_len is not None:
+    specs, refused = cfg.admit(specs)
+    if jobs and cfg.max_model_len is not None:
         from llmsched_gym.workloads.stats import flatten_requests
 
-        where = f"trace {os.fspath(trace)}" if isinstance(trace, (str, Path)) else "workload"
-        cfg.check_request_lengths(flatten_requests(items), where)
+        cfg.check_request_lengths(flatten_requests(jobs), "a job of the workload")
+    if not specs and not jobs:
+        raise ConfigError(
+            f"every request of the workload is longer than max_model_len ({cfg.max_model_len}), "
+            f"so vLLM would refuse them all: {cfg.refusal(refused[0])} Set max_model_len "
+            "higher, or to null for no limit"
+        )
     with gc_paused():  # no reference cycles in the run or its records; see llmsched_gym._gc
         t0 = time.perf_counter()
         with contextlib.ExitStack() as stack:
@@ -231,6 +247,7 @@ def simulate(
             steps = steps_frame(engine.step_columns())
         itl = (np.asarray(engine.itl_values), np.asarray(engine.itl_weights, dtype=np.int64))
         summary = summary_values(table, steps, itl=itl)
+        summary["num_refused"] = len(refused)
         summary["num_steps"] = engine.num_steps
         summary["prefix_cache_queries"] = engine.kv.queries
         summary["prefix_cache_hits"] = engine.kv.hits

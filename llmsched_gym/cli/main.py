@@ -42,7 +42,9 @@ ENGINE_HELP = {
     "long_prefill_token_threshold": "cap on one request's new tokens per step when more than one "
     "request is running or waiting; 0 disables (vLLM --long-prefill-token-threshold; default 0)",
     "max_model_len": "longest request in tokens, prompt + max_tokens (vLLM --max-model-len); a "
-    "longer request is refused with vLLM's message; default: no limit",
+    "longer request is refused with vLLM's message and the others are served; 'none' sets no "
+    "limit; default: the cost profile's model's context length, as vLLM derives it (e.g. 4096 "
+    "for Llama-2), else no limit",
     "async_scheduling": "schedule step N+1 before step N's output is known, as vLLM's "
     "AsyncScheduler (vLLM --async-scheduling, its GPU default); default off: vLLM's "
     "synchronous scheduler",
@@ -64,6 +66,9 @@ def _add_engine_args(p: argparse.ArgumentParser, budget_help: str | None = None)
             )
         elif key == "scheduling_policy":
             g.add_argument(flag, choices=("fcfs", "priority"), default=None, help=ENGINE_HELP[key])
+        elif key == "max_model_len":
+            g.add_argument(flag, type=_max_model_len, default=None, metavar="N|none",
+                           help=ENGINE_HELP[key])  # fmt: skip
         elif key == "block_size":  # vLLM's CLI offers these sizes only
             g.add_argument(
                 flag, type=int, choices=VLLM_BLOCK_SIZES, default=None, metavar="N",
@@ -74,10 +79,27 @@ def _add_engine_args(p: argparse.ArgumentParser, budget_help: str | None = None)
             g.add_argument(flag, type=int, default=None, metavar="N", help=text or ENGINE_HELP[key])
 
 
+def _max_model_len(text: str) -> int | str:
+    """``--max-model-len``: a positive integer, or ``none`` for no limit."""
+    if text.strip().lower() in ("none", "null"):
+        return "none"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer or 'none', got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'none', got {value}")
+    return value
+
+
 def _engine_settings(args: argparse.Namespace) -> dict:
     """Settings from --engine-config, overridden by explicit flags (unset keys stay unset)."""
     data = EngineConfig.read_settings(args.engine_config) if args.engine_config else {}
     data.update({k: getattr(args, k) for k in EngineConfig.keys() if getattr(args, k) is not None})
+    if data.get("max_model_len") == "none":  # explicitly no limit (not derived)
+        data["max_model_len"] = None
     EngineConfig.from_dict(data, source="engine settings")
     return data
 
@@ -430,6 +452,18 @@ def _job_slo_outcome(jobs: Any) -> tuple[int, int] | None:
     return (int(met.astype(bool).sum()), len(met)) if len(met) else None
 
 
+def _refused_note(summary: dict, cfg: Any) -> str:
+    """One sentence on the requests refused as longer than ``max_model_len``; "" when none."""
+    n = summary.get("num_refused", 0)
+    if not n:
+        return ""
+    return (
+        f"refused {n:,} requests longer than max_model_len={cfg.max_model_len:,} (prompt + "
+        "max_tokens), as vLLM's server would (HTTP 400); --max-model-len N raises the limit, "
+        "--max-model-len none lifts it"
+    )
+
+
 def _print_summary(result: Any) -> None:
     s = result.summary
     cfg = result.config
@@ -438,6 +472,9 @@ def _print_summary(result: Any) -> None:
         f"{result.num_steps} steps ({result.num_fast_forward_steps} fast-forwarded) | "
         f"{result.wall_s:.2f} s wall | num_gpu_blocks={cfg.num_gpu_blocks}"
     )
+    note = _refused_note(s, cfg)
+    if note:
+        print(note)
     _print_metrics(s, result.jobs)
 
 
@@ -542,6 +579,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 f"num_gpu_blocks={cfg.num_gpu_blocks}"
             )
             num_requests = first.summary["num_requests"]
+            refused = _refused_note(first.summary, cfg)
+            if refused:
+                print(refused, file=sys.stderr)
         paper = scenario.paper if scenario is not None else None
         table = _comparison_table(results, paper)
         story = _comparison_story(table, first.summary)

@@ -92,9 +92,15 @@ class Instance:
         """A fresh read-only view for a routing decision."""
         return InstanceView(self.index, self.name, self.gpu, self.model, self.role, self.engine)
 
-    def fits(self, prompt_len: int, output_len: int) -> bool:
-        """Whether a sequence of this prompt and output ever fits this instance's KV cache."""
+    def fits(self, prompt_len: int, output_len: int, max_tokens: int) -> bool:
+        """Whether this instance takes such a request and can ever hold it.
+
+        Prompt + ``max_tokens`` within its ``max_model_len`` (vLLM's rule), prompt and output
+        within its KV cache.
+        """
         cfg = self.engine.config
+        if cfg.max_model_len is not None and prompt_len + max_tokens > cfg.max_model_len:
+            return False
         return cdiv(prompt_len + output_len - 1, cfg.block_size) <= cfg.num_gpu_blocks - 1
 
 
@@ -229,6 +235,8 @@ class Cluster:
         self.order: dict[str, int] = {}
         """Request id -> routing order (the row order of the records)."""
         self.num_routed = 0
+        self.refused: list[RequestSpec] = []
+        """Requests refused at the front door as longer than ``max_model_len`` (``add``)."""
         self._in_prefill: dict[str, RequestSpec] = {}
         """PD: request id -> original spec, while its copy runs on a prefill instance."""
         self.handoffs: dict[str, tuple[Request, int, float]] = {}
@@ -249,13 +257,24 @@ class Cluster:
 
     # -- workload -----------------------------------------------------------------------------
     def add(self, items: Sequence[RequestSpec | Job]) -> None:
-        """Add requests and jobs (root stages arrive with their job); checks routability."""
-        specs = [x for x in items if not isinstance(x, Job)]
+        """Add requests and jobs (root stages arrive with their job); checks routability.
+
+        A request that every instance able to take it would refuse as longer than its
+        ``max_model_len`` is refused here (``refused``), as vLLM's servers answer it with HTTP
+        400; a job cannot lose a request, so in a job that is an error.
+        """
+        specs = []
         jobs = [x for x in items if isinstance(x, Job)]
-        for x in specs:
+        for x in items:
+            if isinstance(x, Job):
+                continue
             if not isinstance(x, RequestSpec):
                 raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
+            if not self._candidates(x) and self._refusals(x):
+                self.refused.append(x)
+                continue
             self._check_routable(x)
+            specs.append(x)
         for job in jobs:
             for stage in job.stages:
                 for x in stage.requests:
@@ -277,20 +296,35 @@ class Cluster:
         out = []
         for x in self.entry:
             if x.role == "both":
-                if x.fits(spec.prompt_len, out_len):
+                if x.fits(spec.prompt_len, out_len, spec.max_tokens):
                     out.append(x)
-            elif x.fits(spec.prompt_len, 1):
+            elif x.fits(spec.prompt_len, 1, 1):  # the prefill copy (``prefill_spec``)
                 if decodable is None:
                     decodable = out_len == 1 or any(
-                        d.fits(spec.prompt_len, out_len) for d in self.decoders
+                        d.fits(spec.prompt_len, out_len, spec.max_tokens) for d in self.decoders
                     )
                 if decodable:
                     out.append(x)
         return out
 
+    def _refusals(self, spec: RequestSpec) -> list[str]:
+        """vLLM's refusal of ``spec`` by each instance whose ``max_model_len`` it exceeds."""
+        out = []
+        for x in self.instances:
+            reason = x.engine.config.refusal(spec)
+            if reason is not None:
+                out.append(f"{x.name}: {reason}")
+        return out
+
     def _check_routable(self, spec: RequestSpec) -> None:
         if self._candidates(spec):
             return
+        refusals = self._refusals(spec)
+        if refusals:
+            raise ConfigError(
+                f"request {spec.request_id!r} of a job is longer than the max_model_len of the "
+                f"instances that could serve it; {'; '.join(refusals)}"
+            )
         out_len = min(spec.output_len, spec.max_tokens)
         sizes = ", ".join(
             f"{x.name}: {x.engine.config.num_gpu_blocks - 1} blocks of {x.engine.config.block_size}"
@@ -418,7 +452,9 @@ class Cluster:
     def _handoff(self, event: tuple[float, int, int, Any]) -> None:
         t, seq, _, (spec, prefill_req, p_index) = event
         out_len = min(spec.output_len, spec.max_tokens)
-        views = [x.view() for x in self.decoders if x.fits(spec.prompt_len, out_len)]
+        views = [
+            x.view() for x in self.decoders if x.fits(spec.prompt_len, out_len, spec.max_tokens)
+        ]
         if not views:  # pragma: no cover - _candidates checked a decoder fits
             raise TraceError(f"request {spec.request_id!r}: no decode instance can hold it")
         index = self.decode_router.route(spec, self.tracker.job_of(spec), views, t)

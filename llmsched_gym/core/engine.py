@@ -695,6 +695,8 @@ class Engine:
         self, specs: Sequence[RequestSpec], offset: float = 0.0, allow_past: bool = False
     ) -> None:
         bs, usable = self.config.block_size, self.config.num_gpu_blocks - 1
+        if self.config.max_model_len is not None:  # admission refuses these before the engine
+            self.config.check_request_lengths(specs, "engine")
         for spec in specs:
             need = cdiv(spec.prompt_len + min(spec.output_len, spec.max_tokens) - 1, bs)
             if need > usable:

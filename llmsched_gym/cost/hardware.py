@@ -115,6 +115,8 @@ class ModelSpec:
     tie_word_embeddings: bool
     learned_pos_embeddings: int
     """Rows of a learned position-embedding table (OPT: 2050); 0 for rotary models."""
+    max_position_embeddings: int
+    """Context length from ``config.json``: vLLM's ``max_model_len`` when none is given."""
     dtype_bytes: int
     """Bytes per weight / activation / KV element (2 for fp16 and bf16)."""
     num_params: int
@@ -254,6 +256,7 @@ _MODEL_FIELDS = {
     "qk_norm",
     "tie_word_embeddings",
     "learned_pos_embeddings",
+    "max_position_embeddings",
     "torch_dtype",
     "dtype_bytes",
     "num_params",
@@ -325,6 +328,7 @@ def _models() -> tuple[dict[str, ModelSpec], dict[str, str]]:
             qk_norm=bool(entry["qk_norm"]),
             tie_word_embeddings=bool(entry["tie_word_embeddings"]),
             learned_pos_embeddings=int(entry["learned_pos_embeddings"]),
+            max_position_embeddings=int(entry["max_position_embeddings"]),
             dtype_bytes=int(entry["dtype_bytes"]),
             num_params=int(entry["num_params"]),
         )

@@ -40,7 +40,7 @@ from llmsched_gym.cost.base import (
     LinearCostModel,
 )
 from llmsched_gym.cost.capacity import MemoryOverheads, num_gpu_blocks
-from llmsched_gym.cost.hardware import list_gpus, list_models, resolve_gpu, resolve_model
+from llmsched_gym.cost.hardware import get_model, list_gpus, list_models, resolve_gpu, resolve_model
 from llmsched_gym.cost.roofline import RooflineCostModel
 from llmsched_gym.errors import CostModelError, show
 
@@ -134,6 +134,18 @@ class ProfiledLinearCostModel(LinearCostModel):
             max_num_seqs=max_num_seqs,
             overheads=overheads,
         )
+
+    def max_model_len(self) -> int | None:
+        """vLLM's default ``max_model_len`` for this profile's model (its context length).
+
+        None when the profile does not name a model of ``profiles/models.yaml``.
+        """
+        if self.model is None:
+            return None
+        try:
+            return get_model(self.model).max_position_embeddings
+        except CostModelError:
+            return None
 
     def __repr__(self) -> str:
         return f"ProfiledLinearCostModel({self.name!r})"
@@ -302,8 +314,6 @@ def list_profiles(include_roofline: bool = False) -> list[str]:
     """
     names = sorted(_shipped())
     if include_roofline:
-        from llmsched_gym.cost.hardware import get_model
-
         for m in list_models():
             spec = get_model(m)
             for g in list_gpus():

@@ -292,6 +292,10 @@ class RooflineCostModel:
         return gw / (gc - ga) if gc > ga else float("inf")
 
     # ------------------------------------------------------------------ capacity and linear fit
+    def max_model_len(self) -> int:
+        """vLLM's default ``max_model_len``: the model's ``max_position_embeddings``."""
+        return self.model_spec.max_position_embeddings
+
     def num_gpu_blocks(
         self,
         block_size: int = 16,

@@ -111,6 +111,7 @@ TINY_LLAMA = ModelSpec(
     qk_norm=False,
     tie_word_embeddings=False,
     learned_pos_embeddings=0,
+    max_position_embeddings=4096,
     dtype_bytes=4,
     num_params=0,
 )

@@ -156,7 +156,9 @@ class Scenario:
         engine = data.get("engine") or {}
         if not isinstance(engine, dict):
             raise ConfigError(f"{where}: engine must be a mapping, got {show(engine)}")
-        EngineConfig.from_dict(dict(engine), source=f"{where}: engine")
+        EngineConfig.from_dict(dict(engine), source=f"{where}: engine").verify_vllm_limits(
+            f"{where}: engine"
+        )
         slo = data.get("slo") or {}
         if not isinstance(slo, dict):
             raise ConfigError(f"{where}: slo must be a mapping, got {show(slo)}")
@@ -212,7 +214,10 @@ class Scenario:
         return Scenario.from_dict(data, source=f"{self.source} (overridden)")
 
     def engine_config(self, cost_model: Any = None) -> EngineConfig:
-        """The engine settings; ``num_gpu_blocks`` derived from the cost profile when unset."""
+        """The engine settings, ``num_gpu_blocks`` and ``max_model_len`` derived when unset.
+
+        Both come from the cost profile (``resolve_config``), as vLLM derives them.
+        """
         from llmsched_gym.simulation import resolve_config
 
         if cost_model is None:

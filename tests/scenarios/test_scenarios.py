@@ -21,7 +21,12 @@ GOOD = {
     "name": "tiny-grid-v0",
     "description": "A tiny offline batch.",
     "workload": {"kind": "grid", "num_requests": 8, "input_len": 32, "output_len": 4},
-    "engine": {"max_num_batched_tokens": 64, "num_gpu_blocks": 64, "block_size": 16},
+    "engine": {
+        "max_num_batched_tokens": 64,
+        "max_num_seqs": 64,
+        "num_gpu_blocks": 64,
+        "block_size": 16,
+    },
     "cost_model": "constant:0.01",
 }
 
