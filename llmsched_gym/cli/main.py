@@ -1112,7 +1112,7 @@ def build_parser() -> argparse.ArgumentParser:
     from llmsched_gym.leaderboard import cli as leaderboard_cli
 
     leaderboard_cli.add_parser(sub)
-    from llmsched_gym import counterfactual
+    from llmsched_gym.cli import counterfactual
 
     counterfactual.add_parser(sub)
     return parser
