@@ -434,6 +434,62 @@ def bench_pricing(rounds: int = 5) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def bench_step_pricing(rounds: int = 7, num_steps: int = 4000) -> pd.DataFrame:
+    """CPU time of pricing alone: the piecewise form over the extended one, alternating.
+
+    The engine's two pricing calls, on real steps: ``items_step_time`` over ``num_steps``
+    executed steps of ``splitwise-conv`` (first 3,000 requests; their items as the engine hands
+    them over; five passes) and ``decode_series_longest`` over 64-step stretches of 1-128
+    decodes (200 stretches, twenty passes). One row per (pair, round, call).
+    """
+    import time
+
+    from llmsched_gym.calibration.trajectory import sample_steps
+    from llmsched_gym.cost.base import items_step_time
+    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.workloads.trace import load_trace
+
+    cfg = {"max_num_batched_tokens": 4096, "max_num_seqs": 128}
+    trace = load_trace("splitwise-conv", limit=3000)
+    rows = []
+    for base, new in BENCH_PAIRS:
+        steps = sample_steps(trace, cfg, base, num_steps=num_steps, seed=0)
+        items = [list(s.items) for s in steps]
+        models = {base: load_cost_model(base), new: load_cost_model(new)}
+        stretches = [(n, n * 1500, 3000) for n in (1, 4, 16, 64, 128) for _ in range(40)]
+
+        def price(cm: Any, items: list = items) -> float:
+            t0 = time.process_time()
+            for _ in range(5):
+                for it in items:
+                    items_step_time(cm, it)
+            return time.process_time() - t0
+
+        def stretch(cm: Any, stretches: list = stretches) -> float:
+            t0 = time.process_time()
+            for _ in range(20):
+                for n, m0, longest in stretches:
+                    cm.decode_series_longest(n, m0, longest, 64, 0.0, float("inf"))
+            return time.process_time() - t0
+
+        for r in range(rounds):
+            for call, fn in (("items_step_time", price), ("decode_series_longest", stretch)):
+                cpu = {}
+                for spec in (base, new) if r % 2 == 0 else (new, base):
+                    cpu[spec] = fn(models[spec])
+                rows.append(
+                    {
+                        "pair": new,
+                        "round": r,
+                        "call": call,
+                        "extended_cpu_s": cpu[base],
+                        "piecewise_cpu_s": cpu[new],
+                        "ratio": cpu[new] / cpu[base],
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
 def main(argv: Sequence[str] | None = None, print_fn: Callable[[str], None] = print) -> int:
     """``python -m llmsched_gym.calibration.forms``."""
     p = argparse.ArgumentParser(
@@ -451,14 +507,18 @@ def main(argv: Sequence[str] | None = None, print_fn: Callable[[str], None] = pr
         "--bench",
         type=int,
         metavar="ROUNDS",
-        help="instead: engine CPU time of the piecewise profiles over the extended ones "
-        "(alternating runs; writes bench.csv under --out)",
+        help="instead: CPU time of the piecewise profiles over the extended ones, of pricing "
+        "alone and of whole simulations (alternating runs; bench*.csv under --out)",
     )
     args = p.parse_args(argv)
     if args.bench:
+        pricing = bench_step_pricing(max(args.bench, 3))
+        med = pricing.groupby(["pair", "call"])["ratio"].median()
+        print_fn(f"pricing alone, median ratio (piecewise / extended CPU time):\n{med.to_string()}")
         table = bench_pricing(args.bench)
         Path(args.out).mkdir(parents=True, exist_ok=True)
         table.to_csv(Path(args.out) / "bench.csv", index=False, float_format="%.4f")
+        pricing.to_csv(Path(args.out) / "bench_pricing.csv", index=False, float_format="%.4f")
         print_fn(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         med = table.groupby(["pair", "trace"])[["ratio", "ratio_per_step"]].median()
         print_fn(f"median ratios (piecewise / extended CPU time):\n{med.to_string()}")

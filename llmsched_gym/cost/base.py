@@ -569,6 +569,34 @@ class PiecewiseCostModel(ExtendedLinearCostModel):
             if key != "c_mixed"
         )
 
+    def decode_series_longest(
+        self, n: int, m0: int, longest: int, k: int, start: float, stop: float
+    ) -> tuple[list[float], list[float]]:
+        """:meth:`ExtendedLinearCostModel.decode_series_longest` with ``step_time`` inlined.
+
+        The same float operations in the same order as ``step_time(n, 0, m0 + j * n, 0, n,
+        split, longest + j, 0)``, the constant head computed once (a pure-decode step has no
+        mixed term), so durations equal stepping bit for bit.
+        """
+        a, kv, p, dc, sp, lc, spkv = self._term_coefs[:7]
+        head = self.c0 + self.token_term(n) + a * 0.0
+        pz, dn, tail = p * 0.0, dc * float(n), spkv * 0.0
+        split = 1 <= self.short_max_new_tokens
+        threshold = self.long_min_cached
+        durations: list[float] = []
+        starts = [start]
+        t = start
+        for j in range(k):
+            if t >= stop:
+                break
+            top = longest + j
+            on = 1.0 if split and top > threshold else 0.0
+            d = head + kv * float(m0 + j * n) + pz + dn + sp * on + lc * float(top) + tail
+            durations.append(d)
+            t = t + d
+            starts.append(t)
+        return durations, starts
+
     def _init_knots(self, knots: Iterable[int], slopes: Iterable[float] | None) -> None:
         """Validate and set the token term's knots and per-interval slopes."""
         try:
@@ -642,6 +670,8 @@ class PiecewiseCostModel(ExtendedLinearCostModel):
         ``longest_context``, ``short_prefill_kv``, ``short_prefill_chunks``, ``longest_prefill``
         (missing ones are 0). The mixed-batch term is added last.
         """
+        if len(terms) > 5:
+            raise TypeError(f"step_time takes at most 5 item-level terms, got {len(terms)}")
         coefs = self._term_coefs
         t = self.c0 + self.token_term(num_tokens)
         for i, x in enumerate((prefill_attn, decode_kv, num_prefill, num_decode, *terms)):
@@ -657,14 +687,6 @@ class PiecewiseCostModel(ExtendedLinearCostModel):
         """
         if len(terms) > 5:
             raise TypeError(f"step_times takes at most 5 item-level terms, got {len(terms)}")
-        split_path, longest_context, short_prefill_kv, short_prefill_chunks, longest_prefill = (
-            *terms,
-            0,
-            0,
-            0,
-            0,
-            0,
-        )[:5]
         f = np.asarray
         t = f(num_tokens, dtype=np.float64)
         tok = np.zeros(np.shape(t))
@@ -673,10 +695,9 @@ class PiecewiseCostModel(ExtendedLinearCostModel):
         tok = tok + self.c_tokens * np.maximum(t - self._last_knot, 0.0)
         npf = f(num_prefill, dtype=np.float64)
         ndc = f(num_decode, dtype=np.float64)
-        mixed = ((npf > 0.0) & (ndc > 0.0)).astype(np.float64)
-        values = (prefill_attn, decode_kv, npf, ndc, split_path, longest_context,
-                  short_prefill_kv, short_prefill_chunks, longest_prefill)  # fmt: skip
+        coefs = self._term_coefs
         out = self.c0 + tok
-        for coef, x in zip(self._term_coefs, values, strict=True):
-            out = out + coef * f(x, dtype=np.float64)
+        for i, x in enumerate((prefill_attn, decode_kv, npf, ndc, *terms)):
+            out = out + coefs[i] * f(x, dtype=np.float64)
+        mixed = ((npf > 0.0) & (ndc > 0.0)).astype(np.float64)
         return out + self.c_mixed * mixed

@@ -113,6 +113,19 @@ def test_vectorised_equals_scalar_bit_for_bit():
     assert vec.tolist() == [cm.step_time(*map(int, row)) for row in zip(*cols, strict=True)]
 
 
+@pytest.mark.parametrize("n,m0,longest", [(1, 500, 500), (7, 2000, 509), (128, 0, 0), (3, 9, 4)])
+def test_decode_series_equals_step_time_bit_for_bit(n, m0, longest):
+    cm = _model()
+    durations, starts = cm.decode_series_longest(n, m0, longest, 40, 1.5, float("inf"))
+    want = [
+        cm.step_time(n, 0, m0 + j * n, 0, n, 1 if longest + j > 512 else 0, longest + j, 0)
+        for j in range(40)
+    ]
+    assert durations == want and len(starts) == 41
+    cut, _ = cm.decode_series_longest(n, m0, longest, 40, 0.0, want[0] + want[1] / 2)
+    assert cut == want[:2]  # the step starting before stop is taken, the next is not
+
+
 def _workload(n=24, seed=5):
     rng = np.random.default_rng(seed)
     return [
@@ -238,11 +251,19 @@ for _ in range(200):
     n = int(rng.integers(1, 9))
     items = [(int(rng.choice([1, 1, 5, 100, 300])), int(rng.integers(0, 3000))) for _ in range(n)]
     out["prices"].append(items_step_time(cm, items).hex())
+cols = [rng.integers(0, 5000, 100) for _ in range(10)]
+out["vector"] = [float(v).hex() for v in cm.step_times(*cols)]
+out["vector"] += [float(v).hex() for v in cm.step_times(*cols[:8])]
 for kw in ({"token_knots": [4, 2]}, {"token_slopes": [1.0]}, {"c_mixed": float("inf")},
            {"token_knots": [True, 8], "token_slopes": [0.0]}):
     try:
         PiecewiseCostModel(1e-3, **kw)
     except Exception as exc:
+        out["errors"].append([type(exc).__name__, str(exc)])
+for fn in (cm.step_time, cm.step_times):
+    try:
+        fn(1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0)
+    except TypeError as exc:
         out["errors"].append([type(exc).__name__, str(exc)])
 rng = np.random.default_rng(5)
 work = [RequestSpec(f"r{i}", 0.2 * i, int(rng.integers(300, 900)), int(rng.integers(50, 300)),
@@ -264,6 +285,6 @@ def test_compiled_and_pure_cores_price_and_refuse_identically():
         assert proc.returncode == 0, proc.stderr[-2000:]
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert not runs[1]["compiled"]
-    assert len(runs[0]["errors"]) == 4
-    for key in ("prices", "errors", "durations"):
+    assert len(runs[0]["errors"]) == 6
+    for key in ("prices", "vector", "errors", "durations"):
         assert runs[0][key] == runs[1][key], key
