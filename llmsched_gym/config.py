@@ -95,8 +95,8 @@ def _unknown_keys_message(data: dict[str, Any], unknown: list, keys: tuple[str, 
         hint = VLLM_KEY_HINTS.get(key)
         named.append(f"{key}={show(data[key])}" + (f" ({hint})" if hint else ""))
     return (
-        f"unknown key(s) {'; '.join(named)}; allowed keys are {list(keys)} (and, at vLLM's "
-        f"defaults only, {sorted(FIXED_SETTINGS)})"
+        f"unknown key(s) {'; '.join(named)}; allowed keys are {list(keys)} (other vLLM "
+        "settings: README, 'Engine settings')"
     )
 
 
