@@ -16,11 +16,6 @@ refused here, with the same error in pure Python."""
 
 
 FIXED_SETTINGS: dict[str, tuple[Any, str]] = {
-    "enable_chunked_prefill": (
-        True,
-        "the simulator schedules as vLLM does with chunked prefill on (its default); without it "
-        "vLLM schedules a prompt only whole, a rule the simulator does not implement",
-    ),
     "long_prefill_token_threshold_adaptive": (
         False,
         "the adaptive floor of the long-prefill cap (max_num_batched_tokens // requests) is "
@@ -153,6 +148,12 @@ class EngineConfig:
     (vLLM 0.32.0 ``--async-scheduling``; its default on GPUs). Off by default: the simulator's
     published figures and the reference behaviour are vLLM's synchronous ``Scheduler``, which is
     what a CPU engine and ``async_scheduling=False`` run. See README, "Async scheduling"."""
+    enable_chunked_prefill: bool = True
+    """vLLM's default. ``False``: a waiting (or preempted) request is admitted only if its
+    tokens (capped by ``long_prefill_token_threshold``) fit the step's remaining token budget,
+    and the waiting phase stops at the first that does not (``Scheduler.schedule``); vLLM then
+    requires ``max_num_batched_tokens >= max_model_len``. Only the ``vllm-v1`` scheduler
+    implements it."""
 
     def __post_init__(self) -> None:
         m = self.max_model_len
@@ -182,6 +183,11 @@ class EngineConfig:
             raise ConfigError(
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
                 f"got {show(self.scheduling_policy)}"
+            )
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise ConfigError(
+                "enable_chunked_prefill must be true or false, got "
+                f"{show(self.enable_chunked_prefill)}"
             )
         if not isinstance(self.async_scheduling, bool):
             raise ConfigError(
@@ -253,11 +259,14 @@ class EngineConfig:
     def to_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (the engine-config file format).
 
-        An unset ``max_model_len`` is left out, so files and summaries keep their keys.
+        An unset ``max_model_len`` and ``enable_chunked_prefill`` at its default (on) are left
+        out, so files and summaries keep their keys.
         """
         data = asdict(self)
         if data["max_model_len"] is None:
             del data["max_model_len"]
+        if data["enable_chunked_prefill"]:
+            del data["enable_chunked_prefill"]
         return data
 
     def verify_vllm_limits(self, source: str = "engine settings") -> None:
@@ -279,6 +288,13 @@ class EngineConfig:
                 "raise max_num_batched_tokens or lower max_num_seqs"
             )
         m = self.max_model_len
+        if m is not None and not self.enable_chunked_prefill and self.max_num_batched_tokens < m:
+            raise ConfigError(
+                f"{source}: max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller "
+                f"than max_model_len ({m}) with enable_chunked_prefill=false: vLLM then could "
+                "not schedule the longest requests; raise max_num_batched_tokens or lower "
+                "max_model_len (vLLM's rule)"
+            )
         if m is not None and self.long_prefill_token_threshold > m:
             raise ConfigError(
                 f"{source}: long_prefill_token_threshold ({self.long_prefill_token_threshold}) "

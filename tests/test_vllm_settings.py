@@ -6,6 +6,7 @@ field; these tests pin the rows marked "rejected".
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -14,7 +15,6 @@ from llmsched_gym.config import FIXED_SETTINGS, VLLM_KEY_HINTS, EngineConfig
 from llmsched_gym.errors import ConfigError
 
 BAD_VALUES = {
-    "enable_chunked_prefill": [False, 0, "no"],
     "long_prefill_token_threshold_adaptive": [True, 1],
     "max_num_queued_reqs": [0, 100, "10"],
     "max_num_queued_tokens": [0, 4096],
@@ -66,3 +66,47 @@ def test_unknown_vllm_names_are_refused_with_value_and_hint() -> None:
     assert "policy='priority' (vLLM's SchedulerConfig field; the engine-config key is " in message
     assert set(VLLM_KEY_HINTS).isdisjoint(EngineConfig.keys())
     assert set(VLLM_KEY_HINTS).isdisjoint(FIXED_SETTINGS)
+
+
+@pytest.mark.parametrize("value", [0, "no", None])
+def test_enable_chunked_prefill_bad_value_names_key_and_value(value) -> None:
+    with pytest.raises(ConfigError, match=r"enable_chunked_prefill must be true or false, got"):
+        EngineConfig.from_dict({"enable_chunked_prefill": value})
+
+
+def test_enable_chunked_prefill_off_follows_vllms_rules() -> None:
+    cfg = EngineConfig.from_dict({"enable_chunked_prefill": False, "max_num_batched_tokens": 512})
+    assert cfg.to_dict()["enable_chunked_prefill"] is False
+    assert "enable_chunked_prefill" not in EngineConfig().to_dict()
+    with pytest.raises(ConfigError, match=r"smaller than max_model_len \(1024\) with enable_chu"):
+        cfg.replace(max_model_len=1024).verify_vllm_limits()
+    cfg.replace(max_model_len=512).verify_vllm_limits()
+
+
+def test_enable_chunked_prefill_off_admits_whole_prompts_only() -> None:
+    from llmsched_gym.core.engine import Engine
+    from llmsched_gym.core.request import RequestSpec
+    from llmsched_gym.cost.base import ConstantCostModel
+    from llmsched_gym.errors import TraceError
+    from llmsched_gym.policies.registry import make_policy
+
+    def run(chunked: bool) -> list[dict]:
+        buf = io.StringIO()
+        cfg = EngineConfig(
+            max_num_batched_tokens=16, block_size=4, num_gpu_blocks=40,
+            enable_chunked_prefill=chunked,
+        )  # fmt: skip
+        eng = Engine(cfg, make_policy("vllm-v1"), ConstantCostModel(1.0), schedule_log=buf)
+        eng.add_requests([RequestSpec("a", 0.0, 10, 2, 2), RequestSpec("b", 0.0, 10, 2, 2)])
+        eng.run()
+        return [json.loads(line) for line in buf.getvalue().splitlines()]
+
+    assert run(True)[0]["scheduled"] == {"a": 10, "b": 6}  # b's prompt is chunked
+    assert run(False)[0]["scheduled"] == {"a": 10}  # b waits for a whole step's budget
+    assert run(False)[1]["scheduled"] == {"a": 1, "b": 10}
+    cfg = EngineConfig(max_num_batched_tokens=16, block_size=4, enable_chunked_prefill=False)
+    with pytest.raises(ConfigError, match="enable_chunked_prefill=False is simulated for the vllm"):
+        Engine(cfg, make_policy("sarathi"), ConstantCostModel(1.0))
+    eng = Engine(cfg, make_policy("vllm-v1"), ConstantCostModel(1.0))
+    with pytest.raises(TraceError, match="can never be scheduled whole"):
+        eng.add_requests([RequestSpec("long", 0.0, 16, 2, 2)])

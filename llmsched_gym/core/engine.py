@@ -549,6 +549,15 @@ class Engine:
                     "async_scheduling=True needs the vllm-v1 scheduler (vLLM's AsyncScheduler), "
                     f"got {policy.name!r}; set async_scheduling to false for other schedulers"
                 )
+        if not config.enable_chunked_prefill:
+            from llmsched_gym.policies.vllm_v1 import VllmV1Policy
+
+            if type(policy) is not VllmV1Policy:  # the rule lives in vLLM V1's waiting phase
+                raise ConfigError(
+                    "enable_chunked_prefill=False is simulated for the vllm-v1 scheduler only, "
+                    f"got {policy.name!r}; set enable_chunked_prefill to true for other "
+                    "schedulers"
+                )
         # A cost model may also price Σ m over prefill items (context under the prefill chunks;
         # InferMax's m_p term): it says so with ``uses_prefill_kv = True``.
         self._prefill_kv_feature = bool(getattr(cost_model, "uses_prefill_kv", False))
@@ -718,7 +727,19 @@ class Engine:
                     f"request {spec.request_id!r}: cancel_time={cancel!r} must be a number >= "
                     f"its arrival_time={spec.arrival_time!r}"
                 )
-            need = cdiv(spec.prompt_len + min(spec.output_len, spec.max_tokens) - 1, bs)
+            longest = spec.prompt_len + min(spec.output_len, spec.max_tokens) - 1
+            if (
+                not self.config.enable_chunked_prefill
+                and longest > self.config.max_num_batched_tokens
+            ):
+                raise TraceError(
+                    f"request {spec.request_id!r} can never be scheduled whole: with "
+                    f"enable_chunked_prefill=false its prompt (or refill after a preemption) of "
+                    f"up to {longest} tokens must fit max_num_batched_tokens="
+                    f"{self.config.max_num_batched_tokens} (vLLM requires max_num_batched_tokens "
+                    ">= max_model_len)"
+                )
+            need = cdiv(longest, bs)
             if need > usable:
                 raise TraceError(
                     f"request {spec.request_id!r} can never fit the KV cache: prompt_len="

@@ -100,6 +100,7 @@ class VllmV1Policy(SchedulingPolicy):
         ``Scheduler.schedule``'s ``skip_request`` in vLLM 0.32.0).
         """
         threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        chunked = ctx.config.enable_chunked_prefill
         running = ctx.running
         waiting = ctx.waiting
         # Queue order; admissions only remove the request at hand, so a snapshot stays exact.
@@ -119,5 +120,7 @@ class VllmV1Policy(SchedulingPolicy):
             n = req.num_tokens - hit[1]
             if 0 < threshold < n:
                 n = threshold
+            if not chunked and n > ctx.token_budget:
+                break  # vLLM without chunked prefill: only whole prompts (and refills) start
             if ctx.admit(req, min(n, ctx.token_budget), hit=hit) is None:
                 break

@@ -9,7 +9,8 @@ head-of-line blocking of the waiting queue; and the large regimes: block sizes 1
 ``max_num_seqs`` 1 and 256, prompts of thousands of tokens (``regime`` ``long``), traces of
 1,000+ requests (``many``), request ids whose string order is not arrival order, and arrivals
 exactly on a step start or one ulp either side of it; and client aborts (``cancel_time``) of
-waiting, running and prefilling requests.
+waiting, running and prefilling requests; and ``enable_chunked_prefill: false`` (about one trace
+in six).
 
 Only ``random.Random(seed)`` is used, so a seed always gives the same files. Arrival times are
 multiples of 1/8 s (1/32 s in ``many`` traces), which binary floating point represents exactly,
@@ -213,7 +214,7 @@ def generate(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         ``(rows, engine_config)``: trace rows in the trace contract (``request_id``,
         ``arrival_time``, ``prompt_token_ids``, ``output_len``, ``priority``; ``cancel_time`` on
         some requests of some traces), non-decreasing in ``arrival_time``, and an engine
-        config with exactly the contract's keys. Every request fits the KV cache on its own:
+        config with exactly the contract's keys (plus ``enable_chunked_prefill: false`` in some). Every request fits the KV cache on its own:
         ``cdiv(prompt_len + output_len, block_size) <= num_gpu_blocks - 1`` (block 0 is vLLM's
         null block).
     """
@@ -279,6 +280,11 @@ def generate(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         long_prefill_token_threshold = rng.randint(1, 64)
     long_prefill_token_threshold = min(long_prefill_token_threshold, max_model_len)
 
+    # vLLM without chunked prefill admits a waiting request only whole (and requires
+    # max_num_batched_tokens >= max_model_len): about one trace in six.
+    chunked = rng.random() >= 1 / 6
+    if not chunked:
+        max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
     engine_config = {
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_num_seqs": max_num_seqs,
@@ -288,6 +294,8 @@ def generate(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         "scheduling_policy": scheduling_policy,
         "long_prefill_token_threshold": long_prefill_token_threshold,
     }
+    if not chunked:
+        engine_config["enable_chunked_prefill"] = False
     return rows, engine_config
 
 

@@ -293,6 +293,7 @@ class Coverage:
     arrivals_ulp_before_step: int = 0
     arrivals_ulp_after_step: int = 0
     aborted_waiting: int = 0
+    unchunked_admissions: int = 0
     aborted_running: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -344,6 +345,7 @@ def check_log(
     """
     block_size = engine_config["block_size"]
     threshold = engine_config["long_prefill_token_threshold"]
+    chunked = engine_config.get("enable_chunked_prefill", True)
     requests = {
         row["request_id"]: _ReqState(
             row["prompt_token_ids"], row["output_len"], row["arrival_time"], row.get("cancel_time")
@@ -429,6 +431,11 @@ def check_log(
             assert state.running, f"{where}: scheduled {req_id} is not running"
             remaining = state.num_tokens - state.computed
             assert 0 < num <= remaining, f"{where}: {req_id} scheduled {num} of {remaining}"
+            if not chunked and (req_id in entry["new"] or req_id in entry["resumed"]):
+                # Without chunked prefill an admission is whole (or capped by the threshold).
+                capped = threshold > 0 and num_eligible > 1 and num == threshold
+                assert num == remaining or capped, f"{where}: {req_id} admitted in a chunk"
+                coverage.unchunked_admissions += 1
             if threshold > 0 and num_eligible > 1:
                 assert num <= threshold, f"{where}: {req_id} exceeds long_prefill_token_threshold"
                 coverage.threshold_capped_chunks += num == threshold < remaining
@@ -584,6 +591,7 @@ def test_oracle_logs_are_consistent_and_meaningful(
         assert coverage.arrivals_ulp_before_step > 0
         assert coverage.arrivals_ulp_after_step > 0
         assert coverage.aborted_waiting > 0 and coverage.aborted_running > 0
+        assert coverage.unchunked_admissions > 0
 
 
 def test_async_oracle_logs_are_consistent(oracle_runs: dict[tuple[str, int], SeedCase]) -> None:
@@ -645,6 +653,7 @@ def test_gen_traces_is_deterministic_and_valid() -> None:
     for seed in SEEDS:
         rows, engine_config = gen_traces.generate(seed)
         assert (rows, engine_config) == gen_traces.generate(seed)
+        assert engine_config.pop("enable_chunked_prefill", False) is False
         assert set(engine_config) == {
             "max_num_batched_tokens",
             "max_num_seqs",

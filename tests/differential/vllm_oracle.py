@@ -103,6 +103,8 @@ ENGINE_CONFIG_KEYS = frozenset(
         "long_prefill_token_threshold",
     }
 )
+ENGINE_CONFIG_OPTIONAL_KEYS = frozenset({"enable_chunked_prefill"})
+"""Keys an engine config may leave out: ``enable_chunked_prefill`` defaults to true."""
 TRACE_REQUIRED_KEYS = frozenset({"request_id", "arrival_time", "prompt_token_ids", "output_len"})
 TRACE_OPTIONAL_KEYS = frozenset(
     {
@@ -160,6 +162,7 @@ class EngineSettings:
     enable_prefix_caching: bool
     scheduling_policy: str
     long_prefill_token_threshold: int
+    enable_chunked_prefill: bool = True
 
 
 @dataclass
@@ -322,19 +325,21 @@ def load_engine_settings(path: Path) -> EngineSettings:
         raise OracleError(f"{path}: not JSON ({exc})") from exc
     if not isinstance(raw, dict):
         raise OracleError(f"{path}: expected a JSON object")
-    if raw.keys() != ENGINE_CONFIG_KEYS:
+    if not ENGINE_CONFIG_KEYS <= raw.keys() <= ENGINE_CONFIG_KEYS | ENGINE_CONFIG_OPTIONAL_KEYS:
         raise OracleError(
-            f"{path}: keys must be exactly {sorted(ENGINE_CONFIG_KEYS)}; "
-            f"missing {sorted(ENGINE_CONFIG_KEYS - raw.keys())}, "
-            f"unknown {sorted(raw.keys() - ENGINE_CONFIG_KEYS)}"
+            f"{path}: keys must be exactly {sorted(ENGINE_CONFIG_KEYS)}, plus optionally "
+            f"{sorted(ENGINE_CONFIG_OPTIONAL_KEYS)}; "
+            f"missing {sorted(ENGINE_CONFIG_KEYS - raw.keys())}, unknown "
+            f"{sorted(raw.keys() - ENGINE_CONFIG_KEYS - ENGINE_CONFIG_OPTIONAL_KEYS)}"
         )
     for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks"):
         _positive_int(raw[name], str(path), name)
     threshold = raw["long_prefill_token_threshold"]
     if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
         raise OracleError(f"{path}: long_prefill_token_threshold must be an int >= 0")
-    if not isinstance(raw["enable_prefix_caching"], bool):
-        raise OracleError(f"{path}: enable_prefix_caching must be true or false")
+    for name in ("enable_prefix_caching", "enable_chunked_prefill"):
+        if not isinstance(raw.get(name, True), bool):
+            raise OracleError(f"{path}: {name} must be true or false")
     if raw["scheduling_policy"] not in ("fcfs", "priority"):
         raise OracleError(f"{path}: scheduling_policy must be 'fcfs' or 'priority'")
     return EngineSettings(**raw)
@@ -401,7 +406,7 @@ def build_scheduler(
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_seqs=settings.max_num_seqs,
             long_prefill_token_threshold=settings.long_prefill_token_threshold,
-            enable_chunked_prefill=True,
+            enable_chunked_prefill=settings.enable_chunked_prefill,
             policy=settings.scheduling_policy,
             async_scheduling=False,
         )
@@ -465,7 +470,7 @@ def _check_config_kept(
     expected = {name: getattr(settings, name) for name in observed}
     extra = {
         "max_model_len": (vllm_config.model_config.max_model_len, max_model_len),
-        "enable_chunked_prefill": (sched.enable_chunked_prefill, True),
+        "enable_chunked_prefill": (sched.enable_chunked_prefill, settings.enable_chunked_prefill),
         "async_scheduling": (bool(sched.async_scheduling), async_scheduling),
         "max_num_scheduled_tokens": (sched.max_num_scheduled_tokens, None),
         "max_num_active_seqs": (sched.max_num_active_seqs, None),
