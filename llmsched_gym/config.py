@@ -16,11 +16,6 @@ refused here, with the same error in pure Python."""
 
 
 FIXED_SETTINGS: dict[str, tuple[Any, str]] = {
-    "long_prefill_token_threshold_adaptive": (
-        False,
-        "the adaptive floor of the long-prefill cap (max_num_batched_tokens // requests) is "
-        "not simulated",
-    ),
     "max_num_queued_reqs": (
         None,
         "vLLM's API server refuses requests (HTTP 503) by its own count of unfinished requests, "
@@ -89,10 +84,7 @@ def _unknown_keys_message(data: dict[str, Any], unknown: list, keys: tuple[str, 
     for key in unknown:
         hint = VLLM_KEY_HINTS.get(key)
         named.append(f"{key}={show(data[key])}" + (f" ({hint})" if hint else ""))
-    return (
-        f"unknown key(s) {'; '.join(named)}; allowed keys are {list(keys)} (other vLLM "
-        "settings: README, 'Engine settings')"
-    )
+    return f"unknown key(s) {'; '.join(named)}; allowed keys are {list(keys)}"
 
 
 def _check_fixed(data: dict[str, Any], source: str) -> None:
@@ -148,6 +140,10 @@ class EngineConfig:
     (vLLM 0.32.0 ``--async-scheduling``; its default on GPUs). Off by default: the simulator's
     published figures and the reference behaviour are vLLM's synchronous ``Scheduler``, which is
     what a CPU engine and ``async_scheduling=False`` run. See README, "Async scheduling"."""
+    long_prefill_token_threshold_adaptive: bool = False
+    """vLLM's default. ``True`` (with a threshold > 0): the cap is at least
+    ``max_num_batched_tokens // (running + waiting requests)`` (``prefill_cap``). Only the
+    ``vllm-v1`` scheduler implements it."""
     enable_chunked_prefill: bool = True
     """vLLM's default. ``False``: a waiting (or preempted) request is admitted only if its
     tokens (capped by ``long_prefill_token_threshold``) fit the step's remaining token budget,
@@ -183,6 +179,11 @@ class EngineConfig:
             raise ConfigError(
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
                 f"got {show(self.scheduling_policy)}"
+            )
+        if not isinstance(self.long_prefill_token_threshold_adaptive, bool):
+            raise ConfigError(
+                "long_prefill_token_threshold_adaptive must be true or false, got "
+                f"{show(self.long_prefill_token_threshold_adaptive)}"
             )
         if not isinstance(self.enable_chunked_prefill, bool):
             raise ConfigError(
@@ -259,15 +260,32 @@ class EngineConfig:
     def to_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (the engine-config file format).
 
-        An unset ``max_model_len`` and ``enable_chunked_prefill`` at its default (on) are left
-        out, so files and summaries keep their keys.
+        An unset ``max_model_len``, and ``enable_chunked_prefill`` and
+        ``long_prefill_token_threshold_adaptive`` at their defaults, are left out, so files and
+        summaries keep their keys.
         """
         data = asdict(self)
         if data["max_model_len"] is None:
             del data["max_model_len"]
+        if not data["long_prefill_token_threshold_adaptive"]:
+            del data["long_prefill_token_threshold_adaptive"]
         if data["enable_chunked_prefill"]:
             del data["enable_chunked_prefill"]
         return data
+
+    def prefill_cap(self, num_eligible: int) -> int:
+        """The step's cap on one request's new tokens (0: none), as vLLM's ``schedule()``.
+
+        ``long_prefill_token_threshold`` applies only when more than one request is running or
+        waiting (``num_eligible``, counted when the step begins); adaptive, it is raised to the
+        fair share ``max_num_batched_tokens // num_eligible``.
+        """
+        t = self.long_prefill_token_threshold if num_eligible > 1 else 0
+        if t > 0 and self.long_prefill_token_threshold_adaptive:
+            share = self.max_num_batched_tokens // num_eligible
+            if share > t:
+                t = share
+        return t
 
     def verify_vllm_limits(self, source: str = "engine settings") -> None:
         """The cross-field checks vLLM's ``SchedulerConfig`` makes when a server starts.

@@ -15,7 +15,6 @@ from llmsched_gym.config import FIXED_SETTINGS, VLLM_KEY_HINTS, EngineConfig
 from llmsched_gym.errors import ConfigError
 
 BAD_VALUES = {
-    "long_prefill_token_threshold_adaptive": [True, 1],
     "max_num_queued_reqs": [0, 100, "10"],
     "max_num_queued_tokens": [0, 4096],
     "scheduler_reserve_full_isl": [False, None],
@@ -68,10 +67,21 @@ def test_unknown_vllm_names_are_refused_with_value_and_hint() -> None:
     assert set(VLLM_KEY_HINTS).isdisjoint(FIXED_SETTINGS)
 
 
+@pytest.mark.parametrize("key", ["enable_chunked_prefill", "long_prefill_token_threshold_adaptive"])
 @pytest.mark.parametrize("value", [0, "no", None])
-def test_enable_chunked_prefill_bad_value_names_key_and_value(value) -> None:
-    with pytest.raises(ConfigError, match=r"enable_chunked_prefill must be true or false, got"):
-        EngineConfig.from_dict({"enable_chunked_prefill": value})
+def test_modelled_flags_bad_value_names_key_and_value(key, value) -> None:
+    with pytest.raises(ConfigError, match=rf"{key} must be true or false, got {value!r}"):
+        EngineConfig.from_dict({key: value})
+
+
+def test_adaptive_threshold_floors_the_cap_at_a_fair_share() -> None:
+    cfg = EngineConfig(max_num_batched_tokens=512, long_prefill_token_threshold=32)
+    adaptive = cfg.replace(long_prefill_token_threshold_adaptive=True)
+    assert [cfg.prefill_cap(n) for n in (1, 2, 8, 100)] == [0, 32, 32, 32]
+    assert [adaptive.prefill_cap(n) for n in (1, 2, 8, 100)] == [0, 256, 64, 32]
+    assert EngineConfig(long_prefill_token_threshold_adaptive=True).prefill_cap(2) == 0
+    assert adaptive.to_dict()["long_prefill_token_threshold_adaptive"] is True
+    assert "long_prefill_token_threshold_adaptive" not in cfg.to_dict()
 
 
 def test_enable_chunked_prefill_off_follows_vllms_rules() -> None:
@@ -107,6 +117,11 @@ def test_enable_chunked_prefill_off_admits_whole_prompts_only() -> None:
     cfg = EngineConfig(max_num_batched_tokens=16, block_size=4, enable_chunked_prefill=False)
     with pytest.raises(ConfigError, match="enable_chunked_prefill=False is simulated for the vllm"):
         Engine(cfg, make_policy("sarathi"), ConstantCostModel(1.0))
+    adaptive = EngineConfig(
+        long_prefill_token_threshold=8, long_prefill_token_threshold_adaptive=True
+    )
+    with pytest.raises(ConfigError, match="long_prefill_token_threshold_adaptive=True is simul"):
+        Engine(adaptive, make_policy("sarathi"), ConstantCostModel(1.0))
     eng = Engine(cfg, make_policy("vllm-v1"), ConstantCostModel(1.0))
     with pytest.raises(TraceError, match="can never be scheduled whole"):
         eng.add_requests([RequestSpec("long", 0.0, 16, 2, 2)])

@@ -123,7 +123,6 @@ class AsyncLoop:
         """Priority queue and victims (else FCFS: the last admitted is preempted)."""
         self.continue_after_self = self.priority and policy.preemption_rule == "0.33"
         """vLLM 0.33's rule: a self-preempting request does not end the running phase."""
-        self.threshold = engine.config.long_prefill_token_threshold
 
     # -- the engine core ---------------------------------------------------------------------
     def has_requests(self) -> bool:
@@ -521,7 +520,7 @@ class AsyncLoop:
         kv = eng._kv
         policy = eng.policy
         priority = self.priority
-        threshold = self.threshold if ctx.num_eligible > 1 else 0
+        threshold = eng.config.prefill_cap(ctx.num_eligible)
         running = ctx.running
         scheduled = ctx.scheduled
         caching = kv.enable_caching

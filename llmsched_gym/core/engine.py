@@ -549,15 +549,19 @@ class Engine:
                     "async_scheduling=True needs the vllm-v1 scheduler (vLLM's AsyncScheduler), "
                     f"got {policy.name!r}; set async_scheduling to false for other schedulers"
                 )
-        if not config.enable_chunked_prefill:
-            from llmsched_gym.policies.vllm_v1 import VllmV1Policy
+        for key, default in (
+            ("enable_chunked_prefill", True),
+            ("long_prefill_token_threshold_adaptive", False),
+        ):
+            if getattr(config, key) is not default:
+                from llmsched_gym.policies.vllm_v1 import VllmV1Policy
 
-            if type(policy) is not VllmV1Policy:  # the rule lives in vLLM V1's waiting phase
-                raise ConfigError(
-                    "enable_chunked_prefill=False is simulated for the vllm-v1 scheduler only, "
-                    f"got {policy.name!r}; set enable_chunked_prefill to true for other "
-                    "schedulers"
-                )
+                if type(policy) is not VllmV1Policy:  # rules of vLLM V1's schedule()
+                    raise ConfigError(
+                        f"{key}={not default} is simulated for the vllm-v1 scheduler only, "
+                        f"got {policy.name!r}; set {key} to {str(default).lower()} for other "
+                        "schedulers"
+                    )
         # A cost model may also price Σ m over prefill items (context under the prefill chunks;
         # InferMax's m_p term): it says so with ``uses_prefill_kv = True``.
         self._prefill_kv_feature = bool(getattr(cost_model, "uses_prefill_kv", False))

@@ -49,7 +49,7 @@ class VllmV1Policy(SchedulingPolicy):
         a request that preempts itself ends the phase (vLLM 0.32), or not under vLLM 0.33's rule.
         """
         continue_after_self = priority and self.preemption_rule == "0.33"
-        threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        threshold = ctx.config.prefill_cap(ctx.num_eligible)
         running = ctx.running
         i = 0
         while i < len(running) and ctx.token_budget > 0:
@@ -99,7 +99,7 @@ class VllmV1Policy(SchedulingPolicy):
         (async scheduling: a preempted request whose stale output is still in flight,
         ``Scheduler.schedule``'s ``skip_request`` in vLLM 0.32.0).
         """
-        threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        threshold = ctx.config.prefill_cap(ctx.num_eligible)
         chunked = ctx.config.enable_chunked_prefill
         running = ctx.running
         waiting = ctx.waiting

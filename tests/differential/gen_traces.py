@@ -10,7 +10,7 @@ head-of-line blocking of the waiting queue; and the large regimes: block sizes 1
 1,000+ requests (``many``), request ids whose string order is not arrival order, and arrivals
 exactly on a step start or one ulp either side of it; and client aborts (``cancel_time``) of
 waiting, running and prefilling requests; and ``enable_chunked_prefill: false`` (about one trace
-in six).
+in six) and ``long_prefill_token_threshold_adaptive: true``.
 
 Only ``random.Random(seed)`` is used, so a seed always gives the same files. Arrival times are
 multiples of 1/8 s (1/32 s in ``many`` traces), which binary floating point represents exactly,
@@ -214,9 +214,10 @@ def generate(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         ``(rows, engine_config)``: trace rows in the trace contract (``request_id``,
         ``arrival_time``, ``prompt_token_ids``, ``output_len``, ``priority``; ``cancel_time`` on
         some requests of some traces), non-decreasing in ``arrival_time``, and an engine
-        config with exactly the contract's keys (plus ``enable_chunked_prefill: false`` in some). Every request fits the KV cache on its own:
-        ``cdiv(prompt_len + output_len, block_size) <= num_gpu_blocks - 1`` (block 0 is vLLM's
-        null block).
+        config with exactly the contract's keys (plus ``enable_chunked_prefill: false`` or
+        ``long_prefill_token_threshold_adaptive: true`` in some). Every request fits the KV
+        cache on its own: ``cdiv(prompt_len + output_len, block_size) <= num_gpu_blocks - 1``
+        (block 0 is vLLM's null block).
     """
     rng = random.Random(seed)
     kind = regime(seed)
@@ -296,6 +297,10 @@ def generate(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     }
     if not chunked:
         engine_config["enable_chunked_prefill"] = False
+    # The adaptive floor (max_num_batched_tokens // requests) on about a third of the traces
+    # that set a threshold.
+    if long_prefill_token_threshold > 0 and rng.random() < 1 / 3:
+        engine_config["long_prefill_token_threshold_adaptive"] = True
     return rows, engine_config
 
 

@@ -294,6 +294,7 @@ class Coverage:
     arrivals_ulp_after_step: int = 0
     aborted_waiting: int = 0
     unchunked_admissions: int = 0
+    adaptive_capped_chunks: int = 0
     aborted_running: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -346,6 +347,7 @@ def check_log(
     block_size = engine_config["block_size"]
     threshold = engine_config["long_prefill_token_threshold"]
     chunked = engine_config.get("enable_chunked_prefill", True)
+    adaptive = engine_config.get("long_prefill_token_threshold_adaptive", False)
     requests = {
         row["request_id"]: _ReqState(
             row["prompt_token_ids"], row["output_len"], row["arrival_time"], row.get("cancel_time")
@@ -425,6 +427,9 @@ def check_log(
         num_eligible = sum(
             1 for r in requests.values() if r.arrival_time <= entry["time"] and not r.finished
         )
+        cap = threshold if num_eligible > 1 else 0
+        if cap and adaptive:  # the fair-share floor of long_prefill_token_threshold_adaptive
+            cap = max(cap, engine_config["max_num_batched_tokens"] // num_eligible)
         expected_finished = set()
         for req_id, num in scheduled.items():
             state = requests[req_id]
@@ -433,12 +438,12 @@ def check_log(
             assert 0 < num <= remaining, f"{where}: {req_id} scheduled {num} of {remaining}"
             if not chunked and (req_id in entry["new"] or req_id in entry["resumed"]):
                 # Without chunked prefill an admission is whole (or capped by the threshold).
-                capped = threshold > 0 and num_eligible > 1 and num == threshold
-                assert num == remaining or capped, f"{where}: {req_id} admitted in a chunk"
+                assert num in (remaining, cap), f"{where}: {req_id} admitted in a chunk"
                 coverage.unchunked_admissions += 1
-            if threshold > 0 and num_eligible > 1:
-                assert num <= threshold, f"{where}: {req_id} exceeds long_prefill_token_threshold"
-                coverage.threshold_capped_chunks += num == threshold < remaining
+            if cap:
+                assert num <= cap, f"{where}: {req_id} exceeds long_prefill_token_threshold"
+                coverage.threshold_capped_chunks += num == cap < remaining
+                coverage.adaptive_capped_chunks += threshold < cap == num < remaining
             state.computed += num
             if state.computed == state.num_tokens:
                 state.generated += 1
@@ -592,6 +597,7 @@ def test_oracle_logs_are_consistent_and_meaningful(
         assert coverage.arrivals_ulp_after_step > 0
         assert coverage.aborted_waiting > 0 and coverage.aborted_running > 0
         assert coverage.unchunked_admissions > 0
+        assert coverage.adaptive_capped_chunks > 0
 
 
 def test_async_oracle_logs_are_consistent(oracle_runs: dict[tuple[str, int], SeedCase]) -> None:
@@ -654,6 +660,7 @@ def test_gen_traces_is_deterministic_and_valid() -> None:
         rows, engine_config = gen_traces.generate(seed)
         assert (rows, engine_config) == gen_traces.generate(seed)
         assert engine_config.pop("enable_chunked_prefill", False) is False
+        assert engine_config.pop("long_prefill_token_threshold_adaptive", True) is True
         assert set(engine_config) == {
             "max_num_batched_tokens",
             "max_num_seqs",

@@ -103,8 +103,10 @@ ENGINE_CONFIG_KEYS = frozenset(
         "long_prefill_token_threshold",
     }
 )
-ENGINE_CONFIG_OPTIONAL_KEYS = frozenset({"enable_chunked_prefill"})
-"""Keys an engine config may leave out: ``enable_chunked_prefill`` defaults to true."""
+ENGINE_CONFIG_OPTIONAL_KEYS = frozenset(
+    {"enable_chunked_prefill", "long_prefill_token_threshold_adaptive"}
+)
+"""Keys an engine config may leave out (vLLM's defaults: true and false)."""
 TRACE_REQUIRED_KEYS = frozenset({"request_id", "arrival_time", "prompt_token_ids", "output_len"})
 TRACE_OPTIONAL_KEYS = frozenset(
     {
@@ -163,6 +165,7 @@ class EngineSettings:
     scheduling_policy: str
     long_prefill_token_threshold: int
     enable_chunked_prefill: bool = True
+    long_prefill_token_threshold_adaptive: bool = False
 
 
 @dataclass
@@ -337,7 +340,11 @@ def load_engine_settings(path: Path) -> EngineSettings:
     threshold = raw["long_prefill_token_threshold"]
     if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
         raise OracleError(f"{path}: long_prefill_token_threshold must be an int >= 0")
-    for name in ("enable_prefix_caching", "enable_chunked_prefill"):
+    for name in (
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "long_prefill_token_threshold_adaptive",
+    ):
         if not isinstance(raw.get(name, True), bool):
             raise OracleError(f"{path}: {name} must be true or false")
     if raw["scheduling_policy"] not in ("fcfs", "priority"):
@@ -407,6 +414,7 @@ def build_scheduler(
             max_num_seqs=settings.max_num_seqs,
             long_prefill_token_threshold=settings.long_prefill_token_threshold,
             enable_chunked_prefill=settings.enable_chunked_prefill,
+            long_prefill_token_threshold_adaptive=settings.long_prefill_token_threshold_adaptive,
             policy=settings.scheduling_policy,
             async_scheduling=False,
         )
@@ -476,7 +484,7 @@ def _check_config_kept(
         "max_num_active_seqs": (sched.max_num_active_seqs, None),
         "long_prefill_token_threshold_adaptive": (
             sched.long_prefill_token_threshold_adaptive,
-            False,
+            settings.long_prefill_token_threshold_adaptive,
         ),
         "scheduler_reserve_full_isl": (sched.scheduler_reserve_full_isl, True),
         "watermark": (sched.watermark, 0.0),

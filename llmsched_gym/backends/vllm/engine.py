@@ -300,6 +300,7 @@ class LiveEngine:
             long_prefill_token_threshold=e.long_prefill_token_threshold,
             scheduling_policy=e.scheduling_policy,
             enable_chunked_prefill=e.enable_chunked_prefill,
+            long_prefill_token_threshold_adaptive=e.long_prefill_token_threshold_adaptive,
             async_scheduling=False,
             enforce_eager=c.enforce_eager,
             seed=c.seed,
@@ -349,7 +350,7 @@ class LiveEngine:
             "enable_chunked_prefill": (sched.enable_chunked_prefill, e.enable_chunked_prefill),
             "long_prefill_token_threshold_adaptive": (
                 getattr(sched, "long_prefill_token_threshold_adaptive", False),
-                False,
+                e.long_prefill_token_threshold_adaptive,
             ),
             "scheduler_reserve_full_isl": (
                 getattr(sched, "scheduler_reserve_full_isl", True),
