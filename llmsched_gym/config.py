@@ -15,6 +15,91 @@ MAX_SETTING = 2**31 - 1
 refused here, with the same error in pure Python."""
 
 
+FIXED_SETTINGS: dict[str, tuple[Any, str]] = {
+    "max_num_queued_reqs": (
+        None,
+        "vLLM's API server refuses requests (HTTP 503) by its own count of unfinished requests, "
+        "which lags the engine core; the simulator has no API-server process",
+    ),
+    "max_num_queued_tokens": (
+        None,
+        "vLLM's API server refuses requests (HTTP 503) by its own count of prompt tokens still "
+        "in prefill, which lags the engine core; the simulator has no API-server process",
+    ),
+    "scheduler_reserve_full_isl": (
+        True,
+        "the simulator admits a request as vLLM's default does, only when blocks for its whole "
+        "prompt are free; the first-chunk-only check is not simulated",
+    ),
+    "max_num_scheduled_tokens": (
+        None,
+        "a scheduled-token budget below max_num_batched_tokens (speculative decoding) is not "
+        "simulated; set max_num_batched_tokens instead",
+    ),
+    "max_num_active_seqs": (
+        None,
+        "a running-queue cap below max_num_seqs is not simulated; set max_num_seqs instead",
+    ),
+    "watermark": (
+        0.0,
+        "the share of KV blocks kept free when admitting is not simulated",
+    ),
+    "prefill_schedule_interval": (
+        1,
+        "data-parallel prefill throttling is not simulated (one engine per instance)",
+    ),
+}
+"""vLLM 0.32.0 scheduler and cache settings that change scheduling decisions but that the
+simulator does not model: an engine config may name them only with vLLM's default (what the
+simulator does), and any other value is refused with an error naming the key and the value.
+The inventory of every setting is in ``docs/vllm_config_inventory.md``."""
+
+
+VLLM_KEY_HINTS: dict[str, str] = {
+    "policy": "vLLM's SchedulerConfig field; the engine-config key is scheduling_policy",
+    "num_gpu_blocks_override": "use num_gpu_blocks",
+    "gpu_memory_utilization": "it only sizes the KV cache: set num_gpu_blocks (a cost "
+    "profile derives it from GPU memory)",
+    "kv_cache_memory_bytes": "it only sizes the KV cache: set num_gpu_blocks",
+    "cache_dtype": "it only sizes the KV cache: set num_gpu_blocks",
+    "sliding_window": "sliding-window attention is not simulated (one full-attention KV cache "
+    "group)",
+    "kv_offloading_size": "CPU KV-cache offloading is not simulated",
+    "kv_offloading_backend": "CPU KV-cache offloading is not simulated",
+    "prefix_match_unit": "prefix-cache hits land on block_size boundaries only",
+    "scheduler_cls": "pick the scheduler with --scheduler (simulate's scheduler argument)",
+    "stream_interval": "no effect on scheduling (API-server streaming); remove it",
+    "prefix_caching_hash_algo": "no effect on scheduling (the simulator's prefix keys never "
+    "collide); remove it",
+    "disable_chunked_mm_input": "no effect on text-only requests; remove it",
+    "disable_hybrid_kv_cache_manager": "no effect with one full-attention KV cache group; "
+    "remove it",
+}
+"""Hints for vLLM setting names that are not engine-config keys (see the inventory)."""
+
+
+def _unknown_keys_message(data: dict[str, Any], unknown: list, keys: tuple[str, ...]) -> str:
+    """The error for keys that are neither settings nor ``FIXED_SETTINGS``: key=value, hint."""
+    named = []
+    for key in unknown:
+        hint = VLLM_KEY_HINTS.get(key)
+        named.append(f"{key}={show(data[key])}" + (f" ({hint})" if hint else ""))
+    return f"unknown key(s) {'; '.join(named)}; allowed keys are {list(keys)}"
+
+
+def _check_fixed(data: dict[str, Any], source: str) -> None:
+    """Refuse a ``FIXED_SETTINGS`` key set to anything but vLLM's default (see there)."""
+    for key in FIXED_SETTINGS.keys() & data.keys():
+        default, reason = FIXED_SETTINGS[key]
+        value = data[key]
+        same_type = isinstance(value, bool) == isinstance(default, bool)
+        if not (same_type and value == default and (value is None) == (default is None)):
+            raise ConfigError(
+                f"{source}: {key}={show(value)} is not supported: {reason}. Only vLLM's "
+                f"default {key}={show(default)} is simulated; remove the key or set it to that"
+            )
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Settings of one simulated engine instance (the keys of ``--engine-config``).
@@ -55,6 +140,16 @@ class EngineConfig:
     (vLLM 0.32.0 ``--async-scheduling``; its default on GPUs). Off by default: the simulator's
     published figures and the reference behaviour are vLLM's synchronous ``Scheduler``, which is
     what a CPU engine and ``async_scheduling=False`` run. See README, "Async scheduling"."""
+    long_prefill_token_threshold_adaptive: bool = False
+    """vLLM's default. ``True`` (with a threshold > 0): the cap is at least
+    ``max_num_batched_tokens // (running + waiting requests)`` (``prefill_cap``). Only the
+    ``vllm-v1`` scheduler implements it."""
+    enable_chunked_prefill: bool = True
+    """vLLM's default. ``False``: a waiting (or preempted) request is admitted only if its
+    tokens (capped by ``long_prefill_token_threshold``) fit the step's remaining token budget,
+    and the waiting phase stops at the first that does not (``Scheduler.schedule``); vLLM then
+    requires ``max_num_batched_tokens >= max_model_len``. Only the ``vllm-v1`` scheduler
+    implements it."""
 
     def __post_init__(self) -> None:
         m = self.max_model_len
@@ -85,6 +180,16 @@ class EngineConfig:
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
                 f"got {show(self.scheduling_policy)}"
             )
+        if not isinstance(self.long_prefill_token_threshold_adaptive, bool):
+            raise ConfigError(
+                "long_prefill_token_threshold_adaptive must be true or false, got "
+                f"{show(self.long_prefill_token_threshold_adaptive)}"
+            )
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise ConfigError(
+                "enable_chunked_prefill must be true or false, got "
+                f"{show(self.enable_chunked_prefill)}"
+            )
         if not isinstance(self.async_scheduling, bool):
             raise ConfigError(
                 f"async_scheduling must be true or false, got {self.async_scheduling!r}"
@@ -98,23 +203,29 @@ class EngineConfig:
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
-        """The exact keys an engine-config file may hold."""
+        """The settings an engine-config file may hold.
+
+        ``FIXED_SETTINGS`` keys may appear too, at their vLLM defaults only.
+        """
         return tuple(f.name for f in fields(cls))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "engine config") -> EngineConfig:
-        """Build a config from a mapping; unknown keys are errors that name the key."""
+        """Build a config from a mapping; unknown keys are errors that name the key.
+
+        A ``FIXED_SETTINGS`` key is accepted at vLLM's default (which the simulator models) and
+        refused with any other value, naming the key and the value.
+        """
         if not isinstance(data, dict):
             raise ConfigError(
                 f"{source}: expected a mapping of settings, got {type(data).__name__}"
             )
-        unknown = sorted(set(data) - set(cls.keys()))
+        unknown = sorted(set(data) - set(cls.keys()) - FIXED_SETTINGS.keys(), key=str)
         if unknown:
-            raise ConfigError(
-                f"{source}: unknown key(s) {unknown}; allowed keys are {list(cls.keys())}"
-            )
+            raise ConfigError(f"{source}: " + _unknown_keys_message(data, unknown, cls.keys()))
+        _check_fixed(data, source)
         try:
-            return cls(**data)
+            return cls(**{k: v for k, v in data.items() if k not in FIXED_SETTINGS})
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
@@ -149,12 +260,32 @@ class EngineConfig:
     def to_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (the engine-config file format).
 
-        An unset ``max_model_len`` is left out, so files and summaries keep their keys.
+        An unset ``max_model_len``, and ``enable_chunked_prefill`` and
+        ``long_prefill_token_threshold_adaptive`` at their defaults, are left out, so files and
+        summaries keep their keys.
         """
         data = asdict(self)
         if data["max_model_len"] is None:
             del data["max_model_len"]
+        if not data["long_prefill_token_threshold_adaptive"]:
+            del data["long_prefill_token_threshold_adaptive"]
+        if data["enable_chunked_prefill"]:
+            del data["enable_chunked_prefill"]
         return data
+
+    def prefill_cap(self, num_eligible: int) -> int:
+        """The step's cap on one request's new tokens (0: none), as vLLM's ``schedule()``.
+
+        ``long_prefill_token_threshold`` applies only when more than one request is running or
+        waiting (``num_eligible``, counted when the step begins); adaptive, it is raised to the
+        fair share ``max_num_batched_tokens // num_eligible``.
+        """
+        t = self.long_prefill_token_threshold if num_eligible > 1 else 0
+        if t > 0 and self.long_prefill_token_threshold_adaptive:
+            share = self.max_num_batched_tokens // num_eligible
+            if share > t:
+                t = share
+        return t
 
     def verify_vllm_limits(self, source: str = "engine settings") -> None:
         """The cross-field checks vLLM's ``SchedulerConfig`` makes when a server starts.
@@ -175,6 +306,13 @@ class EngineConfig:
                 "raise max_num_batched_tokens or lower max_num_seqs"
             )
         m = self.max_model_len
+        if m is not None and not self.enable_chunked_prefill and self.max_num_batched_tokens < m:
+            raise ConfigError(
+                f"{source}: max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller "
+                f"than max_model_len ({m}) with enable_chunked_prefill=false: vLLM then could "
+                "not schedule the longest requests; raise max_num_batched_tokens or lower "
+                "max_model_len (vLLM's rule)"
+            )
         if m is not None and self.long_prefill_token_threshold > m:
             raise ConfigError(
                 f"{source}: long_prefill_token_threshold ({self.long_prefill_token_threshold}) "

@@ -21,7 +21,7 @@ from llmsched_gym._gc import gc_paused
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy
 from llmsched_gym.core.job import Job
-from llmsched_gym.core.request import Request, RequestSpec
+from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.metrics.columns import RequestColumn as RC
 
@@ -78,26 +78,40 @@ def spec_columns(specs: Sequence[Any]) -> dict[str, list]:
     }
 
 
-def request_columns(finished: Sequence[Request], instance_id: int = 0) -> dict[str, list]:
-    """Per-request record columns (raw ones; derived columns are added by the frame)."""
-    reqs = sorted(finished, key=lambda r: r.seq)
+def request_columns(
+    finished: Sequence[Request], instance_id: int = 0, aborted: Sequence[Request] = ()
+) -> dict[str, list]:
+    """Per-request record columns (raw ones; derived columns are added by the frame).
+
+    ``aborted`` requests (``RequestSpec.cancel_time``) get a row too, with ``finish_time_s``
+    NaN (they never finished, so latency and throughput metrics leave them out), the tokens
+    they got, and ``num_cached_tokens`` 0 if never admitted.
+    """
+    reqs = sorted([*finished, *aborted], key=lambda r: r.seq)
     specs = [r.spec for r in reqs]
     computed = [r.num_computed_total for r in reqs]
+    done = [r.status is RequestStatus.FINISHED for r in reqs]
+    cached = [max(r.num_cached_tokens, 0) for r in reqs]
     # Refill: tokens computed beyond one pass over prompt + output (the last token is sampled,
-    # never computed) minus the first prefix hit, i.e. recomputation after preemption.
+    # never computed) minus the first prefix hit, i.e. recomputation after preemption. For an
+    # aborted request, beyond one pass over what it had when aborted (at least 0).
     refill = [
-        c - (r.num_prompt_tokens + r.num_output_tokens - 1 - r.num_cached_tokens)
-        for r, c in zip(reqs, computed, strict=True)
+        c - (r.num_prompt_tokens + r.num_output_tokens - 1 - h)
+        if d
+        else max(0, c - (r.num_computed_tokens - h))
+        for r, c, h, d in zip(reqs, computed, cached, done, strict=True)
     ]
     return {
         RC.REQUEST_ID.value: [r.request_id for r in reqs],
         RC.ARRIVAL_TIME_S.value: [r.arrival_time for r in reqs],
         RC.FIRST_SCHEDULED_TIME_S.value: [r.first_scheduled_time for r in reqs],
         RC.FIRST_TOKEN_TIME_S.value: [r.first_token_time for r in reqs],
-        RC.FINISH_TIME_S.value: [r.finish_time for r in reqs],
+        RC.FINISH_TIME_S.value: [
+            r.finish_time if d else None for r, d in zip(reqs, done, strict=True)
+        ],
         RC.NUM_PROMPT_TOKENS.value: [r.num_prompt_tokens for r in reqs],
         RC.NUM_OUTPUT_TOKENS.value: [r.num_output_tokens for r in reqs],
-        RC.NUM_CACHED_TOKENS.value: [r.num_cached_tokens for r in reqs],
+        RC.NUM_CACHED_TOKENS.value: cached,
         RC.NUM_COMPUTED_TOKENS.value: computed,
         RC.NUM_REFILL_TOKENS.value: refill,
         RC.NUM_PREEMPTIONS.value: [r.num_preemptions for r in reqs],
@@ -170,7 +184,9 @@ def simulate(
     Jobs (``llmsched_gym.core.job.Job``) release their stages' requests as predecessors finish.
 
     Requests longer than ``max_model_len`` are refused, as vLLM's server refuses them, and the
-    rest are served; ``summary["num_refused"]`` counts them. A job cannot lose a request, so an
+    rest are served; ``summary["num_refused"]`` counts them. Requests whose ``cancel_time``
+    comes before they finish are aborted (``summary["num_aborted"]``; their records have a
+    NaN ``finish_time_s``). A job cannot lose a request, so an
     over-long request in a job is an error.
 
     The schedule log (JSONL, one line per engine step, DESIGN.md contract) is written atomically:
@@ -239,7 +255,7 @@ def simulate(
                 )
             engine.run(progress=bar.update if bar is not None else None)
         wall = time.perf_counter() - t0
-        table = request_table(request_columns(engine.finished))
+        table = request_table(request_columns(engine.finished, aborted=engine.aborted))
         steps = None
         if record_steps:
             from llmsched_gym.metrics.records import steps_frame
@@ -248,6 +264,7 @@ def simulate(
         itl = (np.asarray(engine.itl_values), np.asarray(engine.itl_weights, dtype=np.int64))
         summary = summary_values(table, steps, itl=itl)
         summary["num_refused"] = len(refused)
+        summary["num_aborted"] = len(engine.aborted)
         summary["num_steps"] = engine.num_steps
         summary["prefix_cache_queries"] = engine.kv.queries
         summary["prefix_cache_hits"] = engine.kv.hits

@@ -45,6 +45,12 @@ ENGINE_HELP = {
     "longer request is refused with vLLM's message and the others are served; 'none' sets no "
     "limit; default: the cost profile's model's context length, as vLLM derives it (e.g. 4096 "
     "for Llama-2), else no limit",
+    "long_prefill_token_threshold_adaptive": "raise long_prefill_token_threshold to "
+    "max_num_batched_tokens // (running + waiting requests) when that is larger (vLLM "
+    "--long-prefill-token-threshold-adaptive; default off; vllm-v1 scheduler only)",
+    "enable_chunked_prefill": "split prompts into chunks that fill the step's token budget "
+    "(vLLM --enable-chunked-prefill / --no-enable-chunked-prefill; default on); off: a waiting "
+    "request is admitted only whole (vllm-v1 scheduler only)",
     "async_scheduling": "schedule step N+1 before step N's output is known, as vLLM's "
     "AsyncScheduler (vLLM --async-scheduling, its GPU default); default off: vLLM's "
     "synchronous scheduler",
@@ -60,7 +66,12 @@ def _add_engine_args(p: argparse.ArgumentParser, budget_help: str | None = None)
     )
     for key in EngineConfig.keys():
         flag = "--" + key.replace("_", "-")
-        if key in ("enable_prefix_caching", "async_scheduling"):
+        if key in (
+            "enable_prefix_caching",
+            "async_scheduling",
+            "enable_chunked_prefill",
+            "long_prefill_token_threshold_adaptive",
+        ):
             g.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=ENGINE_HELP[key]
             )

@@ -270,6 +270,11 @@ class Cluster:
                 continue
             if not isinstance(x, RequestSpec):
                 raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
+            if x.cancel_time is not None:
+                raise ConfigError(
+                    f"request {x.request_id!r} has a cancel_time: aborts are simulated on a "
+                    "single engine (simulate), not yet in a cluster; drop the field"
+                )
             if not self._candidates(x) and self._refusals(x):
                 self.refused.append(x)
                 continue

@@ -225,6 +225,7 @@ def cluster_result(cluster: Any, jobs: Sequence[Job], *, wall_s: float, record_s
     summary = summary_values(table, steps[0] if steps and one else None, itl=itl)
     engines = [x.engine for x in cluster.instances]
     summary["num_refused"] = len(cluster.refused)
+    summary["num_aborted"] = sum(len(e.aborted) for e in engines)  # 0: clusters refuse cancels
     summary["num_steps"] = sum(e.num_steps for e in engines)
     summary["prefix_cache_queries"] = sum(e.kv.queries for e in engines)
     summary["prefix_cache_hits"] = sum(e.kv.hits for e in engines)

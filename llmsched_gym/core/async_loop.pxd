@@ -11,5 +11,4 @@ cdef class AsyncLoop:
     cdef public Engine engine
     cdef public dict stale
     cdef public bint finished_since_schedule, priority, continue_after_self
-    cdef public long threshold
     cdef public object queue, gpu_free

@@ -72,6 +72,7 @@ BATCH_QUEUE_SIZE = 2
 
 _RUNNING = RequestStatus.RUNNING
 _FINISHED = RequestStatus.FINISHED
+_ABORTED = RequestStatus.FINISHED_ABORTED
 
 
 class _Batch:
@@ -122,7 +123,6 @@ class AsyncLoop:
         """Priority queue and victims (else FCFS: the last admitted is preempted)."""
         self.continue_after_self = self.priority and policy.preemption_rule == "0.33"
         """vLLM 0.33's rule: a self-preempting request does not end the running phase."""
-        self.threshold = engine.config.long_prefill_token_threshold
 
     # -- the engine core ---------------------------------------------------------------------
     def has_requests(self) -> bool:
@@ -153,7 +153,10 @@ class AsyncLoop:
         ):
             if not (eng._running or eng.waiting or self.finished_since_schedule or queue):
                 eng.now = max(eng.now, pending[eng._next_arrival].arrival_time)
+            num_aborted = len(eng.aborted)
             eng._admit_arrivals()
+            if len(eng.aborted) != num_aborted:
+                self._aborted(eng.aborted[num_aborted:])
             if fast_forward and len(queue) == 1 and self._try_stretch():
                 continue
             if eng._running or eng.waiting or self.finished_since_schedule:
@@ -177,6 +180,16 @@ class AsyncLoop:
             if progress is not None and len(eng.finished) != last_done:
                 progress(len(eng.finished) - last_done)
                 last_done = len(eng.finished)
+
+    def _aborted(self, aborted: list) -> None:
+        """Bookkeeping after ``Engine._abort_due`` aborted ``aborted``.
+
+        vLLM's ``_free_request`` adds the ids to ``finished_req_ids``, so ``has_requests()``
+        holds until the next ``schedule()``; an aborted request's stale output no longer counts.
+        """
+        self.finished_since_schedule = True
+        for req in aborted:
+            self.stale.pop(req, None)
 
     # -- fast-forward --------------------------------------------------------------------------
     @cython.locals(
@@ -216,7 +229,7 @@ class AsyncLoop:
         Identical logs and records (the differential test runs this path).
         """
         eng = self.engine
-        if self.stale or self.finished_since_schedule:
+        if self.stale or self.finished_since_schedule or eng.unlogged_aborts:
             return False
         running = eng._running
         n = len(running)
@@ -270,6 +283,8 @@ class AsyncLoop:
             if eng._next_arrival < len(eng._pending)
             else float("inf")
         )
+        if eng._cancels and eng._cancels[0][0] < t_arr:
+            t_arr = eng._cancels[0][0]  # aborts apply where arrivals join
         # Batch k + i is scheduled when batch k + i - 2 ends, i.e. when batch k + i - 1
         # starts: every batch of the stretch but the first must start before the arrival.
         durations, starts = eng._decode_series(
@@ -449,6 +464,8 @@ class AsyncLoop:
                     "num_running": len(eng._running),
                     "num_waiting": len(eng.waiting),
                 }
+                if eng.unlogged_aborts:
+                    line["aborted"] = eng.take_unlogged_aborts()
             if eng._steps is not None:
                 row = {
                     "step": step,
@@ -503,7 +520,7 @@ class AsyncLoop:
         kv = eng._kv
         policy = eng.policy
         priority = self.priority
-        threshold = self.threshold if ctx.num_eligible > 1 else 0
+        threshold = eng.config.prefill_cap(ctx.num_eligible)
         running = ctx.running
         scheduled = ctx.scheduled
         caching = kv.enable_caching
@@ -637,8 +654,8 @@ class AsyncLoop:
         for req, n in batch.scheduled.items():
             samples = samplers[k]
             k += 1
-            if req.status is _FINISHED:
-                continue  # finished while this batch ran: its output is dropped
+            if req.status is _FINISHED or req.status is _ABORTED:
+                continue  # finished or aborted while this batch ran: its output is dropped
             is_stale = False
             if stale:
                 s = stale.get(req, 0)
@@ -719,4 +736,3 @@ class AsyncLoop:
                 released.extend(eng.jobs.on_finish(req.spec, end))
             if released:
                 eng._release(released)
-

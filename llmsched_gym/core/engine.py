@@ -23,6 +23,7 @@ requests again until the stretch ends or someone reads them.
 from __future__ import annotations
 
 import bisect
+import heapq
 import json
 from collections.abc import Callable, Sequence
 from operator import attrgetter
@@ -548,6 +549,19 @@ class Engine:
                     "async_scheduling=True needs the vllm-v1 scheduler (vLLM's AsyncScheduler), "
                     f"got {policy.name!r}; set async_scheduling to false for other schedulers"
                 )
+        for key, default in (
+            ("enable_chunked_prefill", True),
+            ("long_prefill_token_threshold_adaptive", False),
+        ):
+            if getattr(config, key) is not default:
+                from llmsched_gym.policies.vllm_v1 import VllmV1Policy
+
+                if type(policy) is not VllmV1Policy:  # rules of vLLM V1's schedule()
+                    raise ConfigError(
+                        f"{key}={not default} is simulated for the vllm-v1 scheduler only, "
+                        f"got {policy.name!r}; set {key} to {str(default).lower()} for other "
+                        "schedulers"
+                    )
         # A cost model may also price Σ m over prefill items (context under the prefill chunks;
         # InferMax's m_p term): it says so with ``uses_prefill_kv = True``.
         self._prefill_kv_feature = bool(getattr(cost_model, "uses_prefill_kv", False))
@@ -575,6 +589,13 @@ class Engine:
         self._unsampled = self._unsampled_preemptions = 0
         self._until = float("inf")
         self.finished: list[Request] = []
+        self.aborted: list[Request] = []
+        """Requests cancelled before they finished (``RequestSpec.cancel_time``), in abort
+        order; ``finish_time`` holds when the engine aborted them."""
+        self.unlogged_aborts: list[str] = []
+        """Aborted since the last schedule-log line: that line's ``aborted`` (logs only)."""
+        self._cancels: list[tuple[float, int, Request]] = []
+        """Heap of (cancel_time, arrival seq, request) of joined requests that have one."""
         self._pending: list[RequestSpec] = []
         self._next_arrival = 0
         self.jobs: JobTracker | None = None
@@ -687,6 +708,12 @@ class Engine:
         for job in jobs:
             for stage in job.stages:
                 self._check_specs(stage.requests, offset=job.arrival_time)
+                for spec in stage.requests:
+                    if spec.cancel_time is not None:
+                        raise ConfigError(
+                            f"job {job.job_id!r}: request {spec.request_id!r} has a cancel_time; "
+                            "a job cannot lose a request (cancel_time is for single requests)"
+                        )
         if self.jobs is None:
             self.jobs = JobTracker()
         self.add_requests(self.jobs.add(jobs))
@@ -698,7 +725,25 @@ class Engine:
         if self.config.max_model_len is not None:  # admission refuses these before the engine
             self.config.check_request_lengths(specs, "engine")
         for spec in specs:
-            need = cdiv(spec.prompt_len + min(spec.output_len, spec.max_tokens) - 1, bs)
+            cancel = spec.cancel_time
+            if cancel is not None and not cancel >= spec.arrival_time:
+                raise TraceError(
+                    f"request {spec.request_id!r}: cancel_time={cancel!r} must be a number >= "
+                    f"its arrival_time={spec.arrival_time!r}"
+                )
+            longest = spec.prompt_len + min(spec.output_len, spec.max_tokens) - 1
+            if (
+                not self.config.enable_chunked_prefill
+                and longest > self.config.max_num_batched_tokens
+            ):
+                raise TraceError(
+                    f"request {spec.request_id!r} can never be scheduled whole: with "
+                    f"enable_chunked_prefill=false its prompt (or refill after a preemption) of "
+                    f"up to {longest} tokens must fit max_num_batched_tokens="
+                    f"{self.config.max_num_batched_tokens} (vLLM requires max_num_batched_tokens "
+                    ">= max_model_len)"
+                )
+            need = cdiv(longest, bs)
             if need > usable:
                 raise TraceError(
                     f"request {spec.request_id!r} can never fit the KV cache: prompt_len="
@@ -747,19 +792,66 @@ class Engine:
 
     @cython.locals(req=Request, i=cython.long, bs=cython.long, pending=list)
     def _admit_arrivals(self) -> None:
+        """Requests that arrived by the clock join; then those cancelled by it are aborted.
+
+        vLLM's engine core takes new requests and aborts from its input queue between steps,
+        before ``schedule()``: the same point for both.
+        """
         pending, i, now = self._pending, self._next_arrival, self.now
-        if i >= len(pending) or pending[i].arrival_time > now:
-            return  # nothing arrived (most calls)
-        bs = self.config.block_size
-        while i < len(pending) and pending[i].arrival_time <= now:
-            req = Request(pending[i], self._seq, bs)
-            self._seq += 1
-            if self._external:  # PD hand-off (enqueue with computed_tokens)
-                req.num_external_tokens = self._external.pop(req.request_id, 0)
-            self.waiting.add(req)
-            self.waiting_tokens += req.num_tokens
-            i += 1
-        self._next_arrival = i
+        if i < len(pending) and pending[i].arrival_time <= now:
+            bs = self.config.block_size
+            while i < len(pending) and pending[i].arrival_time <= now:
+                spec = pending[i]
+                req = Request(spec, self._seq, bs)
+                self._seq += 1
+                if self._external:  # PD hand-off (enqueue with computed_tokens)
+                    req.num_external_tokens = self._external.pop(req.request_id, 0)
+                self.waiting.add(req)
+                self.waiting_tokens += req.num_tokens
+                if spec.cancel_time is not None:
+                    heapq.heappush(self._cancels, (spec.cancel_time, req.seq, req))
+                i += 1
+            self._next_arrival = i
+        if self._cancels and self._cancels[0][0] <= now:
+            self._abort_due()
+
+    @cython.locals(req=Request, left=cython.long)
+    def _abort_due(self) -> None:
+        """Abort every unfinished request whose ``cancel_time`` has come, earliest first.
+
+        As vLLM's ``Scheduler.finish_requests(request_id, FINISHED_ABORTED)`` (one call per
+        client's abort): the request leaves its queue and frees its blocks, like a finished
+        one (``_free_request``); an output still in flight for it (async scheduling) is dropped.
+        Ties in ``cancel_time`` go in arrival order.
+        """
+        cancels, now = self._cancels, self.now
+        while cancels and cancels[0][0] <= now:
+            req = heapq.heappop(cancels)[2]
+            if req.status is RequestStatus.FINISHED:
+                continue
+            if req.status is _RUNNING:
+                self._running.remove(req)
+                left = req.num_tokens - req.num_computed_tokens
+                self.running_tokens -= left
+                if left > 1:
+                    self.running_prefills -= 1
+            else:
+                self.waiting.remove(req)
+                self.waiting_tokens -= req.num_tokens
+            req.status = RequestStatus.FINISHED_ABORTED
+            req.finish_time = now
+            req.num_output_placeholders = 0
+            self._kv.free(req)
+            self.aborted.append(req)
+            if self.schedule_log is not None:
+                self.unlogged_aborts.append(req.request_id)
+
+    def next_cancel_time(self) -> float:
+        """The earliest pending ``cancel_time`` of a joined request (inf: none).
+
+        Fast-forwarded stretches end before it, as they end before the next arrival.
+        """
+        return self._cancels[0][0] if self._cancels else float("inf")
 
     # -- the loop ----------------------------------------------------------------------------
     def run(
@@ -1060,8 +1152,8 @@ class Engine:
     def _try_fast_forward(self) -> bool:
         """Advance a stretch of pure-decode steps at once; False if the state does not allow it."""
         policy = self.policy
-        if not policy.fast_forward_safe:
-            return False
+        if not policy.fast_forward_safe or self.unlogged_aborts:
+            return False  # (a stepped line carries the aborts)
         running = self._running
         n = len(running)
         if n == 0 or n > self.config.max_num_batched_tokens or self.running_prefills:
@@ -1107,12 +1199,15 @@ class Engine:
             if self._decode_series_longest is not None
             else 0
         )
-        # Every step of the stretch must start before the next arrival (and before ``until``).
+        # Every step of the stretch must start before the next arrival or cancel (and before
+        # ``until``).
         t_arr = (
             self._pending[self._next_arrival].arrival_time
             if self._next_arrival < len(self._pending)
             else float("inf")
         )
+        if self._cancels and self._cancels[0][0] < t_arr:
+            t_arr = self._cancels[0][0]
         until = self._until
         durations, starts = self._decode_series(
             n, m0, longest, k, self.now, until if until < t_arr else t_arr
@@ -1306,7 +1401,14 @@ class Engine:
             "num_running": len(self._running),
             "num_waiting": len(self.waiting),
         }
+        if self.unlogged_aborts:
+            line["aborted"] = self.take_unlogged_aborts()
         self.schedule_log.write(json.dumps(line) + "\n")
+
+    def take_unlogged_aborts(self) -> list[str]:
+        """Ids aborted since the last schedule-log line (the next line's ``aborted``)."""
+        ids, self.unlogged_aborts = self.unlogged_aborts, []
+        return ids
 
     def _log_stretch(
         self,

@@ -18,6 +18,8 @@ class RequestStatus(enum.IntEnum):
     RUNNING = 1
     PREEMPTED = 2
     FINISHED = 3
+    FINISHED_ABORTED = 4
+    """Cancelled by its client (``RequestSpec.cancel_time``) before it finished."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,11 @@ class RequestSpec:
     """Stage of the job that released this request."""
     client_id: str | None = None
     """Client that sent the request."""
+    cancel_time: float | None = None
+    """When the client cancels the request (disconnect, timeout), in seconds on the clock of
+    ``arrival_time`` (>= it); None: never. The engine aborts it, as vLLM's engine core does
+    (``Scheduler.finish_requests(..., FINISHED_ABORTED)``), before the first step starting at
+    or after this time, unless it finished by then."""
 
 
 class Request:

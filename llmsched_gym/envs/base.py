@@ -215,6 +215,16 @@ class LLMSchedEnv(gym.Env):
                 "before the previous step's tokens are known); set engine.async_scheduling to "
                 "false"
             )
+        for key, default in (
+            ("enable_chunked_prefill", True),
+            ("long_prefill_token_threshold_adaptive", False),
+        ):
+            if sc.engine.get(key, default) is not default:
+                raise ConfigError(
+                    f"scenario {sc.name!r}: engine.{key}={not default} is not supported by the "
+                    f"environments (their actions choose chunk sizes); set it to "
+                    f"{str(default).lower()}"
+                )
         self.scenario = sc
         self.cost_model = load_cost_model(sc.cost_model)
         self.config = None if self.cluster_task else sc.engine_config(self.cost_model)

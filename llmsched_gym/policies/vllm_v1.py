@@ -49,7 +49,7 @@ class VllmV1Policy(SchedulingPolicy):
         a request that preempts itself ends the phase (vLLM 0.32), or not under vLLM 0.33's rule.
         """
         continue_after_self = priority and self.preemption_rule == "0.33"
-        threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        threshold = ctx.config.prefill_cap(ctx.num_eligible)
         running = ctx.running
         i = 0
         while i < len(running) and ctx.token_budget > 0:
@@ -99,7 +99,8 @@ class VllmV1Policy(SchedulingPolicy):
         (async scheduling: a preempted request whose stale output is still in flight,
         ``Scheduler.schedule``'s ``skip_request`` in vLLM 0.32.0).
         """
-        threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        threshold = ctx.config.prefill_cap(ctx.num_eligible)
+        chunked = ctx.config.enable_chunked_prefill
         running = ctx.running
         waiting = ctx.waiting
         # Queue order; admissions only remove the request at hand, so a snapshot stays exact.
@@ -119,5 +120,7 @@ class VllmV1Policy(SchedulingPolicy):
             n = req.num_tokens - hit[1]
             if 0 < threshold < n:
                 n = threshold
+            if not chunked and n > ctx.token_budget:
+                break  # vLLM without chunked prefill: only whole prompts (and refills) start
             if ctx.admit(req, min(n, ctx.token_budget), hit=hit) is None:
                 break

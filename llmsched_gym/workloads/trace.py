@@ -25,6 +25,10 @@ weight              float     optional, finite, > 0, default 1.0
 slo_ttft_s          float     optional, finite, > 0
 slo_tpot_s          float     optional, finite, > 0
 deadline_s          float     optional, finite (same clock as arrival_time)
+cancel_time         float     optional, finite, >= arrival_time: when the client cancels
+                              (disconnect or timeout, same clock as arrival_time); the
+                              engine aborts the request, as vLLM does, at the first step
+                              start at or after it unless it finished by then
 job_id, stage,      str       optional
 client_id
 ==================  ========  ==========================================================
@@ -84,6 +88,7 @@ CONTRACT_FIELDS: tuple[str, ...] = (
     "slo_ttft_s",
     "slo_tpot_s",
     "deadline_s",
+    "cancel_time",
     "job_id",
     "stage",
     "client_id",
@@ -204,6 +209,10 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
         )
     deadline_value = record.get("deadline_s")
     deadline_s = None if deadline_value is None else rec.finite_float("deadline_s", deadline_value)
+    cancel_value = record.get("cancel_time")
+    cancel_time = None if cancel_value is None else rec.finite_float("cancel_time", cancel_value)
+    if cancel_time is not None and cancel_time < arrival_time:
+        raise rec.fail("cancel_time", f"a number >= arrival_time ({arrival_time!r})", cancel_value)
 
     return RequestSpec(
         request_id=request_id,
@@ -219,6 +228,7 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
         slo_ttft_s=slo["slo_ttft_s"],
         slo_tpot_s=slo["slo_tpot_s"],
         deadline_s=deadline_s,
+        cancel_time=cancel_time,
         job_id=rec.optional_str("job_id"),
         stage=rec.optional_str("stage"),
         client_id=rec.optional_str("client_id"),
@@ -251,7 +261,7 @@ def request_to_dict(spec: RequestSpec) -> dict[str, Any]:
         record["priority"] = int(spec.priority)
     if spec.weight != 1.0:
         record["weight"] = float(spec.weight)
-    for field in ("slo_ttft_s", "slo_tpot_s", "deadline_s"):
+    for field in ("slo_ttft_s", "slo_tpot_s", "deadline_s", "cancel_time"):
         value = getattr(spec, field)
         if value is not None:
             record[field] = float(value)

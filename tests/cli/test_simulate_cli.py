@@ -75,7 +75,7 @@ def test_simulate_writes_log_records_and_summary(tmp_path, capsys):
     [
         ([{**TRACE[0], "output_len": -3}], CONFIG, "trace.jsonl:1: field 'output_len'"),
         ([TRACE[0], {**TRACE[1], "colour": "red"}], CONFIG, "trace.jsonl:2"),
-        (TRACE, {**CONFIG, "max_num_batched_token": 8}, "unknown key(s) ['max_num_batched_token']"),
+        (TRACE, {**CONFIG, "max_num_batched_token": 8}, "unknown key(s) max_num_batched_token=8"),
         (TRACE, {**CONFIG, "block_size": 0}, "block_size must be a positive integer, got 0"),
         ([{**TRACE[2], "prompt_len": 400}], CONFIG, "can never fit the KV cache"),
     ],

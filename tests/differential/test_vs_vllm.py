@@ -60,6 +60,9 @@ LOG_FIELDS = (
     "num_running",
     "num_waiting",
 )
+OPTIONAL_LOG_FIELDS = ("aborted",)
+"""Fields a line holds only when not empty: ``aborted`` lists the requests aborted
+(``cancel_time``) since the previous line, in abort order."""
 
 
 def _load_gen_traces() -> ModuleType:
@@ -230,6 +233,7 @@ def compare_logs(
             for name in LOG_FIELDS
             if name not in got or _field_differs(name, want[name], got[name])
         ]
+        fields += [name for name in OPTIONAL_LOG_FIELDS if want.get(name) != got.get(name)]
         if fields:
             return index, fields
     return None
@@ -257,7 +261,8 @@ def _mismatch_message(
     for name in fields:
         if name != "<missing line>" and index < len(expected) and index < len(actual):
             got = actual[index].get(name, "<absent>")
-            parts.append(f"  {name}: vLLM {expected[index][name]!r} != simulator {got!r}")
+            want = expected[index].get(name, "<absent>")
+            parts.append(f"  {name}: vLLM {want!r} != simulator {got!r}")
     if index > 0 and index - 1 < min(len(expected), len(actual)):
         parts.append(f"  previous step (equal): {line(expected, index - 1)}")
     parts.append(f"  logs: {case.oracle_log} (vLLM), {sim_log} (simulator)")
@@ -284,6 +289,13 @@ class Coverage:
     partial_prefill_chunks: int = 0
     threshold_capped_chunks: int = 0
     seeds_with_preemption: int = 0
+    arrivals_on_step_start: int = 0
+    arrivals_ulp_before_step: int = 0
+    arrivals_ulp_after_step: int = 0
+    aborted_waiting: int = 0
+    unchunked_admissions: int = 0
+    adaptive_capped_chunks: int = 0
+    aborted_running: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly view."""
@@ -297,6 +309,8 @@ class _ReqState:
     prompt: list[int]
     output_len: int
     arrival_time: float
+    cancel_time: float | None = None
+    aborted: bool = False
     computed: int = 0
     generated: int = 0
     running: bool = False
@@ -332,18 +346,35 @@ def check_log(
     """
     block_size = engine_config["block_size"]
     threshold = engine_config["long_prefill_token_threshold"]
+    chunked = engine_config.get("enable_chunked_prefill", True)
+    adaptive = engine_config.get("long_prefill_token_threshold_adaptive", False)
     requests = {
         row["request_id"]: _ReqState(
-            row["prompt_token_ids"], row["output_len"], row["arrival_time"]
+            row["prompt_token_ids"], row["output_len"], row["arrival_time"], row.get("cancel_time")
         )
         for row in rows
     }
     coverage.traces += 1
     had_preemption = False
     clock = 0.0
+    prev_start = -math.inf
     for index, entry in enumerate(log):
         where = f"step {index}"
         assert entry["step"] == index, f"{where}: step field {entry['step']}"
+        for req_id in entry.get("aborted", []):
+            # Aborted before this step, at a clock in (previous step's start, this start].
+            state = requests[req_id]
+            assert state.cancel_time is not None and state.cancel_time <= entry["time"], where
+            assert not state.finished, f"{where}: aborted {req_id} had finished"
+            coverage.aborted_running += state.running
+            coverage.aborted_waiting += not state.running
+            state.finished = state.aborted = True
+            state.running = False
+        for r in requests.values():
+            # A request cancelled by the previous step's start was aborted then.
+            assert r.finished or r.cancel_time is None or r.cancel_time > prev_start, (
+                f"{where}: a request cancelled at {r.cancel_time} is still served"
+            )
         unfinished = [r for r in requests.values() if not r.finished]
         if all(r.arrival_time > clock for r in unfinished):
             # Nothing running or waiting: the clock jumps to the next arrival.
@@ -396,15 +427,23 @@ def check_log(
         num_eligible = sum(
             1 for r in requests.values() if r.arrival_time <= entry["time"] and not r.finished
         )
+        cap = threshold if num_eligible > 1 else 0
+        if cap and adaptive:  # the fair-share floor of long_prefill_token_threshold_adaptive
+            cap = max(cap, engine_config["max_num_batched_tokens"] // num_eligible)
         expected_finished = set()
         for req_id, num in scheduled.items():
             state = requests[req_id]
             assert state.running, f"{where}: scheduled {req_id} is not running"
             remaining = state.num_tokens - state.computed
             assert 0 < num <= remaining, f"{where}: {req_id} scheduled {num} of {remaining}"
-            if threshold > 0 and num_eligible > 1:
-                assert num <= threshold, f"{where}: {req_id} exceeds long_prefill_token_threshold"
-                coverage.threshold_capped_chunks += num == threshold < remaining
+            if not chunked and (req_id in entry["new"] or req_id in entry["resumed"]):
+                # Without chunked prefill an admission is whole (or capped by the threshold).
+                assert num in (remaining, cap), f"{where}: {req_id} admitted in a chunk"
+                coverage.unchunked_admissions += 1
+            if cap:
+                assert num <= cap, f"{where}: {req_id} exceeds long_prefill_token_threshold"
+                coverage.threshold_capped_chunks += num == cap < remaining
+                coverage.adaptive_capped_chunks += threshold < cap == num < remaining
             state.computed += num
             if state.computed == state.num_tokens:
                 state.generated += 1
@@ -430,9 +469,18 @@ def check_log(
         )
         assert running <= engine_config["max_num_seqs"], where
         clock = entry["time"] + step_time_s
-    unfinished = [req_id for req_id, r in requests.items() if not r.finished]
+        prev_start = entry["time"]
+    step_starts = {entry["time"] for entry in log}
+    for r in requests.values():
+        coverage.arrivals_on_step_start += r.arrival_time in step_starts
+        coverage.arrivals_ulp_before_step += math.nextafter(r.arrival_time, math.inf) in step_starts
+        coverage.arrivals_ulp_after_step += math.nextafter(r.arrival_time, -math.inf) in step_starts
+    # Requests aborted after the last step are on no line; only a cancelled one may be missing.
+    unfinished = [
+        req_id for req_id, r in requests.items() if not r.finished and r.cancel_time is None
+    ]
     assert not unfinished, f"never finished: {unfinished}"
-    assert all(r.generated == r.output_len for r in requests.values())
+    assert all(r.generated == r.output_len for r in requests.values() if not r.aborted)
     coverage.seeds_with_preemption += had_preemption
 
 
@@ -507,6 +555,13 @@ def test_schedule_matches_vllm(
     if mismatch is not None:
         index, fields = mismatch
         pytest.fail(_mismatch_message(seed, case, sim_log, expected, actual, index, fields))
+    # Aborts after the last step are on no line: the totals must agree too.
+    oracle_aborted = json.loads(case.summary.read_text(encoding="utf-8"))["aborted"]
+    sim_out = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    num_aborted = sim_out["summary"]["num_aborted"]
+    assert num_aborted == len(oracle_aborted), (
+        f"seed {seed} ({mode}): {num_aborted} aborted, vLLM {len(oracle_aborted)}"
+    )
 
 
 def test_oracle_logs_are_consistent_and_meaningful(
@@ -536,6 +591,13 @@ def test_oracle_logs_are_consistent_and_meaningful(
         assert coverage.partial_prefill_chunks > 0
         assert coverage.threshold_capped_chunks > 0
         assert coverage.empty_steps > 0
+        # Arrivals exactly on a step start and one ulp either side (gen_traces._ulp_shifted).
+        assert coverage.arrivals_on_step_start > 0
+        assert coverage.arrivals_ulp_before_step > 0
+        assert coverage.arrivals_ulp_after_step > 0
+        assert coverage.aborted_waiting > 0 and coverage.aborted_running > 0
+        assert coverage.unchunked_admissions > 0
+        assert coverage.adaptive_capped_chunks > 0
 
 
 def test_async_oracle_logs_are_consistent(oracle_runs: dict[tuple[str, int], SeedCase]) -> None:
@@ -554,6 +616,7 @@ def test_async_oracle_logs_are_consistent(oracle_runs: dict[tuple[str, int], See
         rows = {r["request_id"]: r for r in _read_rows(case.trace)}
         log = read_log(case.oracle_log)
         finished: dict[str, int] = {}
+        aborted: set[str] = set()
         gpu_free = 0.0
         for index, entry in enumerate(log):
             where = f"seed {seed} (async) step {index}"
@@ -568,6 +631,11 @@ def test_async_oracle_logs_are_consistent(oracle_runs: dict[tuple[str, int], See
             # Batch k + 1 was scheduled before batch k's output finished a request.
             done_before = {r for r, k in finished.items() if k < index - 1}
             assert not done_before & (set(scheduled) | set(entry["preempted"])), where
+            # Aborted before this batch was scheduled: never scheduled again.
+            aborted.update(entry.get("aborted", []))
+            assert not aborted & (set(scheduled) | set(entry["finished"])), f"{where}: aborted"
+            for req_id in entry.get("aborted", []):
+                assert rows[req_id]["cancel_time"] <= entry["time"], f"{where}: early abort"
             for req_id in [*entry["new"], *entry["resumed"]]:
                 assert rows[req_id]["arrival_time"] <= entry["time"], f"{where}: early {req_id}"
             preemptions += len(entry["preempted"])
@@ -576,7 +644,12 @@ def test_async_oracle_logs_are_consistent(oracle_runs: dict[tuple[str, int], See
             stale_finishes += sum(finished.get(r) == index - 1 for r in entry["preempted"])
             assert not finished.keys() & set(entry["finished"]), f"{where}: finished twice"
             finished.update(dict.fromkeys(entry["finished"], index))
-        assert finished.keys() == rows.keys(), f"seed {seed} (async): never finished"
+        summary = json.loads(case.summary.read_text(encoding="utf-8"))
+        assert aborted <= set(summary["aborted"]), f"seed {seed} (async)"
+        assert not finished.keys() & set(summary["aborted"]), f"seed {seed} (async)"
+        assert finished.keys() | set(summary["aborted"]) == rows.keys(), (
+            f"seed {seed} (async): never finished"
+        )
     assert preemptions > 0, "no async trace preempts"
     print(f"\nasync oracle: {preemptions} preemptions, {stale_finishes} stale-output finishes")
 
@@ -586,6 +659,8 @@ def test_gen_traces_is_deterministic_and_valid() -> None:
     for seed in SEEDS:
         rows, engine_config = gen_traces.generate(seed)
         assert (rows, engine_config) == gen_traces.generate(seed)
+        assert engine_config.pop("enable_chunked_prefill", False) is False
+        assert engine_config.pop("long_prefill_token_threshold_adaptive", True) is True
         assert set(engine_config) == {
             "max_num_batched_tokens",
             "max_num_seqs",
@@ -602,8 +677,17 @@ def test_gen_traces_is_deterministic_and_valid() -> None:
             assert need <= engine_config["num_gpu_blocks"] - 1
             assert all(1 <= t <= gen_traces.VOCAB_SIZE for t in row["prompt_token_ids"])
             assert 1 <= row["output_len"] <= 40
+        assert engine_config["block_size"] in (1, 4, 8, 16, 32, 64)
         assert engine_config["max_num_batched_tokens"] >= engine_config["max_num_seqs"]
         assert engine_config["long_prefill_token_threshold"] <= max_model_len
         arrivals = [r["arrival_time"] for r in rows]
         assert arrivals == sorted(arrivals)
-        assert all((8 * t).is_integer() for t in arrivals)
+        # On a 1/32 s grid, or one ulp from it (see gen_traces._ulp_shifted).
+        assert all(
+            any(
+                (32 * u).is_integer()
+                for u in (t, math.nextafter(t, -math.inf), math.nextafter(t, math.inf))
+            )
+            for t in arrivals
+        )
+        assert len({r["request_id"] for r in rows}) == len(rows)

@@ -74,8 +74,8 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher,
     init_none_hash,
 )
-from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -83,7 +83,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     KVCacheGroupSpec,
 )
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 VLLM_VERSION = "0.32.0"
@@ -103,11 +103,16 @@ ENGINE_CONFIG_KEYS = frozenset(
         "long_prefill_token_threshold",
     }
 )
+ENGINE_CONFIG_OPTIONAL_KEYS = frozenset(
+    {"enable_chunked_prefill", "long_prefill_token_threshold_adaptive"}
+)
+"""Keys an engine config may leave out (vLLM's defaults: true and false)."""
 TRACE_REQUIRED_KEYS = frozenset({"request_id", "arrival_time", "prompt_token_ids", "output_len"})
 TRACE_OPTIONAL_KEYS = frozenset(
     {
         "max_tokens",
         "priority",
+        "cancel_time",
         # Accepted (the trace contract allows them) but irrelevant to vLLM's scheduler.
         "weight",
         "slo_ttft_s",
@@ -136,6 +141,7 @@ class TraceRequest:
         prompt_token_ids: The prompt.
         max_tokens: Tokens the request generates: ``min(output_len, max_tokens)``.
         priority: Lower is served first under the priority policy.
+        cancel_time_s: When the client aborts it (None: never); see ``_abort_due``.
     """
 
     index: int
@@ -144,6 +150,7 @@ class TraceRequest:
     prompt_token_ids: list[int]
     max_tokens: int
     priority: int
+    cancel_time_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,8 @@ class EngineSettings:
     enable_prefix_caching: bool
     scheduling_policy: str
     long_prefill_token_threshold: int
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold_adaptive: bool = False
 
 
 @dataclass
@@ -176,6 +185,7 @@ class RunSummary:
         max_model_len: The ``max_model_len`` the scheduler ran with.
         final_time_s: The clock after the last step.
         wall_time_s: Wall-clock seconds of the run, vLLM import excluded.
+        aborted: Ids of the requests aborted (``cancel_time``), in abort order.
         vllm_version: ``vllm.__version__``.
     """
 
@@ -191,6 +201,7 @@ class RunSummary:
     max_model_len: int = 0
     final_time_s: float = 0.0
     wall_time_s: float = 0.0
+    aborted: list[str] = field(default_factory=list)
     vllm_version: str = field(default_factory=lambda: str(vllm.__version__))
 
     def count(self, record: dict[str, Any]) -> None:
@@ -269,6 +280,14 @@ def load_trace(path: Path) -> list[TraceRequest]:
             priority = row.get("priority", 0)
             if isinstance(priority, bool) or not isinstance(priority, int):
                 raise OracleError(f"{where}: priority must be an int")
+            cancel = row.get("cancel_time")
+            if cancel is not None and (
+                isinstance(cancel, bool)
+                or not isinstance(cancel, int | float)
+                or not math.isfinite(cancel)
+                or cancel < arrival
+            ):
+                raise OracleError(f"{where}: cancel_time must be a finite number >= arrival_time")
             requests.append(
                 TraceRequest(
                     index=len(requests),
@@ -277,6 +296,7 @@ def load_trace(path: Path) -> list[TraceRequest]:
                     prompt_token_ids=list(prompt),
                     max_tokens=max_tokens,
                     priority=priority,
+                    cancel_time_s=None if cancel is None else float(cancel),
                 )
             )
     if not requests:
@@ -308,19 +328,25 @@ def load_engine_settings(path: Path) -> EngineSettings:
         raise OracleError(f"{path}: not JSON ({exc})") from exc
     if not isinstance(raw, dict):
         raise OracleError(f"{path}: expected a JSON object")
-    if raw.keys() != ENGINE_CONFIG_KEYS:
+    if not ENGINE_CONFIG_KEYS <= raw.keys() <= ENGINE_CONFIG_KEYS | ENGINE_CONFIG_OPTIONAL_KEYS:
         raise OracleError(
-            f"{path}: keys must be exactly {sorted(ENGINE_CONFIG_KEYS)}; "
-            f"missing {sorted(ENGINE_CONFIG_KEYS - raw.keys())}, "
-            f"unknown {sorted(raw.keys() - ENGINE_CONFIG_KEYS)}"
+            f"{path}: keys must be exactly {sorted(ENGINE_CONFIG_KEYS)}, plus optionally "
+            f"{sorted(ENGINE_CONFIG_OPTIONAL_KEYS)}; "
+            f"missing {sorted(ENGINE_CONFIG_KEYS - raw.keys())}, unknown "
+            f"{sorted(raw.keys() - ENGINE_CONFIG_KEYS - ENGINE_CONFIG_OPTIONAL_KEYS)}"
         )
     for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks"):
         _positive_int(raw[name], str(path), name)
     threshold = raw["long_prefill_token_threshold"]
     if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
         raise OracleError(f"{path}: long_prefill_token_threshold must be an int >= 0")
-    if not isinstance(raw["enable_prefix_caching"], bool):
-        raise OracleError(f"{path}: enable_prefix_caching must be true or false")
+    for name in (
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "long_prefill_token_threshold_adaptive",
+    ):
+        if not isinstance(raw.get(name, True), bool):
+            raise OracleError(f"{path}: {name} must be true or false")
     if raw["scheduling_policy"] not in ("fcfs", "priority"):
         raise OracleError(f"{path}: scheduling_policy must be 'fcfs' or 'priority'")
     return EngineSettings(**raw)
@@ -387,7 +413,8 @@ def build_scheduler(
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_seqs=settings.max_num_seqs,
             long_prefill_token_threshold=settings.long_prefill_token_threshold,
-            enable_chunked_prefill=True,
+            enable_chunked_prefill=settings.enable_chunked_prefill,
+            long_prefill_token_threshold_adaptive=settings.long_prefill_token_threshold_adaptive,
             policy=settings.scheduling_policy,
             async_scheduling=False,
         )
@@ -451,13 +478,13 @@ def _check_config_kept(
     expected = {name: getattr(settings, name) for name in observed}
     extra = {
         "max_model_len": (vllm_config.model_config.max_model_len, max_model_len),
-        "enable_chunked_prefill": (sched.enable_chunked_prefill, True),
+        "enable_chunked_prefill": (sched.enable_chunked_prefill, settings.enable_chunked_prefill),
         "async_scheduling": (bool(sched.async_scheduling), async_scheduling),
         "max_num_scheduled_tokens": (sched.max_num_scheduled_tokens, None),
         "max_num_active_seqs": (sched.max_num_active_seqs, None),
         "long_prefill_token_threshold_adaptive": (
             sched.long_prefill_token_threshold_adaptive,
-            False,
+            settings.long_prefill_token_threshold_adaptive,
         ),
         "scheduler_reserve_full_isl": (sched.scheduler_reserve_full_isl, True),
         "watermark": (sched.watermark, 0.0),
@@ -570,6 +597,42 @@ def _add_arrived(
     return next_arrival
 
 
+class _Aborts:
+    """Client aborts (``cancel_time``), applied where ``EngineCore`` applies them.
+
+    vLLM's engine core takes aborts from its input queue between steps, with new requests
+    (``_process_input_queue`` before ``step`` / ``step_with_batch_queue``); each client's abort
+    is its own ``Scheduler.finish_requests(request_id, FINISHED_ABORTED)`` call. Due aborts go
+    earliest ``cancel_time`` first, ties in arrival order; a request that finished is ignored
+    (``finish_requests`` returns nothing for it).
+    """
+
+    def __init__(self, trace: Sequence[TraceRequest]) -> None:
+        self.due = sorted(
+            (r for r in trace if r.cancel_time_s is not None),
+            key=lambda r: (r.cancel_time_s, r.arrival_time_s, r.index),
+        )
+        self.next = 0
+        self.unlogged: list[str] = []
+        """Aborted since the last log line: that line's ``aborted``."""
+        self.all: list[str] = []
+
+    def apply(self, scheduler: Scheduler, clock: float) -> None:
+        """Abort every added, unfinished request with ``cancel_time <= clock``."""
+        while self.next < len(self.due) and self.due[self.next].cancel_time_s <= clock:
+            spec = self.due[self.next]
+            self.next += 1
+            # (a request cancelled by now has arrived by now: cancel_time >= arrival_time)
+            if scheduler.finish_requests(spec.request_id, RequestStatus.FINISHED_ABORTED):
+                self.unlogged.append(spec.request_id)
+                self.all.append(spec.request_id)
+
+    def attach(self, record: dict[str, Any]) -> None:
+        """Put the aborts since the last line on ``record`` (only when there are some)."""
+        if self.unlogged:
+            record["aborted"], self.unlogged = self.unlogged, []
+
+
 def run_oracle(
     trace: Sequence[TraceRequest],
     settings: EngineSettings,
@@ -623,6 +686,7 @@ def _run(
 
     # Arrival order; a step's newcomers then join in trace order (the trace need not be sorted).
     arrivals = sorted(trace, key=lambda r: (r.arrival_time_s, r.index))
+    aborts = _Aborts(trace)
     clock = 0.0
     next_arrival = 0
     step = 0
@@ -632,6 +696,7 @@ def _run(
             next_arrival = _add_arrived(
                 scheduler, arrivals, next_arrival, clock, block_hasher, vllm_requests
             )
+            aborts.apply(scheduler, clock)
             if scheduler.get_num_unfinished_requests() == 0:
                 if next_arrival == len(arrivals):
                     break
@@ -689,13 +754,15 @@ def _run(
                 "num_running": num_running,
                 "num_waiting": num_waiting,
             }
+            aborts.attach(record)
             log.write(json.dumps(record) + "\n")
 
             summary.count(record)
             step += 1
             clock += step_time_s
 
-    _check_all_finished(trace, vllm_requests, finished)
+    _check_all_finished(trace, vllm_requests, finished, aborts.all)
+    summary.aborted = aborts.all
     summary.final_time_s = clock
     summary.wall_time_s = time.perf_counter() - started
     return summary
@@ -767,6 +834,7 @@ def _run_async(
     summary = RunSummary(requests=len(trace), max_model_len=max_model_len)
 
     arrivals = sorted(trace, key=lambda r: (r.arrival_time_s, r.index))
+    aborts = _Aborts(trace)
     now = gpu_free = 0.0
     next_arrival = 0
     num_schedules = 0
@@ -780,6 +848,7 @@ def _run_async(
             next_arrival = _add_arrived(
                 scheduler, arrivals, next_arrival, now, block_hasher, vllm_requests
             )
+            aborts.apply(scheduler, now)
             if scheduler.has_requests():
                 if max_steps is not None and num_schedules >= max_steps:
                     raise OracleError(f"stopped after --max-steps={max_steps} steps at t={now}")
@@ -814,6 +883,7 @@ def _run_async(
                         "num_running": num_running,
                         "num_waiting": num_waiting,
                     }
+                    aborts.attach(record)
                 samplers = {
                     req_id
                     for req_id in scheduled
@@ -856,17 +926,26 @@ def _run_async(
             summary.count(record)
             step += 1
 
-    _check_all_finished(trace, vllm_requests, finished)
+    _check_all_finished(trace, vllm_requests, finished, aborts.all)
+    summary.aborted = aborts.all
     summary.final_time_s = now
     summary.wall_time_s = time.perf_counter() - started
     return summary
 
 
 def _check_all_finished(
-    trace: Sequence[TraceRequest], vllm_requests: dict[str, Request], finished: dict[str, int]
+    trace: Sequence[TraceRequest],
+    vllm_requests: dict[str, Request],
+    finished: dict[str, int],
+    aborted: Sequence[str] = (),
 ) -> None:
-    """Every request finished exactly once, having generated exactly ``max_tokens`` tokens."""
+    """Every request not aborted finished exactly once, with exactly ``max_tokens`` tokens."""
+    aborted = set(aborted)
+    if aborted & finished.keys():
+        raise OracleError(f"aborted and finished: {sorted(aborted & finished.keys())}")
     for spec in trace:
+        if spec.request_id in aborted:
+            continue
         if spec.request_id not in finished:
             raise OracleError(f"{spec.request_id} never finished")
         request = vllm_requests[spec.request_id]

@@ -299,7 +299,8 @@ class LiveEngine:
             enable_prefix_caching=e.enable_prefix_caching,
             long_prefill_token_threshold=e.long_prefill_token_threshold,
             scheduling_policy=e.scheduling_policy,
-            enable_chunked_prefill=True,
+            enable_chunked_prefill=e.enable_chunked_prefill,
+            long_prefill_token_threshold_adaptive=e.long_prefill_token_threshold_adaptive,
             async_scheduling=False,
             enforce_eager=c.enforce_eager,
             seed=c.seed,
@@ -346,10 +347,10 @@ class LiveEngine:
         # What the simulator assumes of vLLM 0.32 (DESIGN.md, VLLM_V1_SEMANTICS.md).
         expected = {
             "async_scheduling": (bool(sched.async_scheduling), False),
-            "enable_chunked_prefill": (sched.enable_chunked_prefill, True),
+            "enable_chunked_prefill": (sched.enable_chunked_prefill, e.enable_chunked_prefill),
             "long_prefill_token_threshold_adaptive": (
                 getattr(sched, "long_prefill_token_threshold_adaptive", False),
-                False,
+                e.long_prefill_token_threshold_adaptive,
             ),
             "scheduler_reserve_full_isl": (
                 getattr(sched, "scheduler_reserve_full_isl", True),
