@@ -1,7 +1,7 @@
 """Benchmark: the Route environment's memory over many steps (issue 29: it must stay flat).
 
-Steps ``llmsched/Route-ChatAzureConv4x-v0`` (four instances, 2,000 requests an episode by
-default) with random valid actions drawn up front, resetting at every episode end with a fresh
+Steps ``llmsched/Route-ChatAzureConv4x-v0`` (four instances, the scenario's whole workload an
+episode by default) with random valid actions drawn up front, resetting at every episode end with a fresh
 seed (so every episode builds a new workload: the worst case for the workload cache), and
 prints the process's current RSS every ``--every`` steps, then the growth from the first sample
 after warm-up to the last.
@@ -36,11 +36,13 @@ def main(argv: list[str] | None = None) -> list[tuple[int, float]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--every", type=int, default=50_000, help="sample RSS every N steps")
-    ap.add_argument("--max-requests", type=int, default=2000, help="requests per episode")
+    ap.add_argument(
+        "--max-requests", type=int, default=0, help="requests per episode (0: the whole workload)"
+    )
     ap.add_argument("--env", default=ENV_ID)
     args = ap.parse_args(argv)
 
-    env = gym.make(args.env, max_requests=args.max_requests).unwrapped
+    env = gym.make(args.env, max_requests=args.max_requests or None).unwrapped
     rng = np.random.default_rng(0)
     env.reset(seed=0)
     samples = [(0, rss_mb())]
