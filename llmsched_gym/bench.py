@@ -321,12 +321,14 @@ def run_vs_vidur(
     vidur_dir: str | Path | None = None,
     vidur_python: str = "python",
     predictors: tuple[str, ...] = ("random_forrest",),
+    warm_up: int = 1,
 ) -> dict[str, float]:
     """CPU seconds of whole processes, ours and (with ``vidur_dir``) Vidur's, alternating.
 
     Every round runs each configuration once, in the same order (ours and Vidur's interleaved,
-    records off then on), so the machine's slow spells hit both; a warm-up round first is not
-    counted (it fills Vidur's predictor cache and the file cache). Prints one row per
+    records off then on), so the machine's slow spells hit both; ``warm_up`` rounds first are
+    not counted (they fill Vidur's predictor cache, which its first run trains, and the file
+    cache). Prints one row per
     configuration: median CPU seconds, steps and requests, and the ratio to Vidur's median
     with the same records setting. Writes every run to ``out/runs.json``.
     """
@@ -349,7 +351,14 @@ def run_vs_vidur(
     facts: dict[tuple, tuple] = {}
     log = []
     failed: dict[tuple, str] = {}
-    for round_ in range(pairs + 1):
+
+    def save() -> None:  # after every run, so an interrupted comparison keeps what it measured
+        (out / "runs.json").write_text(json.dumps({"runs": log, "failed": [
+            {"system": k[0], "config": k[1], "records": k[2], "error": v}
+            for k, v in failed.items()
+        ]}, indent=1) + "\n")  # fmt: skip
+
+    for round_ in range(pairs + warm_up):
         for system, label, records, cmd, cwd in runs:
             key = (system, label, records)
             if key in failed:
@@ -368,12 +377,13 @@ def run_vs_vidur(
             else:
                 facts[key] = (None, None)
             log.append({"round": round_, "system": system, "config": label, "records": records,
-                        "cpu_s": seconds, "wall_s": wall})  # fmt: skip
-            if round_ > 0:  # round 0 warms up
+                        "cpu_s": seconds, "wall_s": wall, "warm_up": round_ < warm_up})  # fmt: skip
+            save()
+            print(f"round {round_}: {system} {label} records {'written' if records else 'off'}: "
+                  f"{seconds:.2f} s CPU, {wall:.1f} s wall", flush=True)  # fmt: skip
+            if round_ >= warm_up:
                 cpu.setdefault(key, []).append(seconds)
-    (out / "runs.json").write_text(json.dumps({"runs": log, "failed": [
-        {"system": k[0], "config": k[1], "records": k[2], "error": v} for k, v in failed.items()
-    ]}, indent=1) + "\n")  # fmt: skip
+    save()
     figures: dict[str, float] = {}
     print(f"{'system':<7} {'scheduler / predictor':<22} {'records':<8} {'CPU s (median)':>15} "
           f"{'runs':>24} {'steps':>8} {'requests':>9} {'vs Vidur':>9}")  # fmt: skip

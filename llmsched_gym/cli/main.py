@@ -746,6 +746,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             vidur_dir=args.vidur_dir,
             vidur_python=args.vidur_python,
             predictors=tuple(args.vidur_predictor or ["random_forrest"]),
+            warm_up=args.warm_up,
         )
         return 0
     if args.envs:
@@ -1065,13 +1066,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "whole 'llmsched-gym simulate' processes on the Azure 2023 conversation trace clipped "
         "as Vidur clips it, one Llama-2-70B TP2 A100 instance with Vidur's vLLM settings "
         "(4,096-token batches, 128 sequences, 3,328 KV blocks, no prefix caching), vllm-v0 and "
-        "vllm-v1, records off and written; CPU seconds (median of --pairs rounds after a "
-        "warm-up round), steps and requests. With --vidur-dir, Vidur's own runs alternate with "
+        "vllm-v1, records off and written; CPU seconds (median of --pairs rounds after "
+        "--warm-up rounds), steps and requests. With --vidur-dir, Vidur's own runs alternate with "
         "ours and the ratio is printed",
     )
     g.add_argument("--vs-vidur", action="store_true", help="run this comparison instead")
     g.add_argument(
         "--pairs", type=common.positive_int, default=3, metavar="N", help="rounds (default 3)"
+    )
+    g.add_argument(
+        "--warm-up",
+        type=int,
+        default=1,
+        metavar="N",
+        help="uncounted rounds first (default 1; Vidur's first run trains its predictor)",
     )
     g.add_argument(
         "--vidur-dir", metavar="DIR", help="a checkout of microsoft/vidur at 7d47513 to run too"
