@@ -1,7 +1,7 @@
 """Benchmark: the Route environment's memory over many steps (issue 29: it must stay flat).
 
 Steps ``llmsched/Route-ChatAzureConv4x-v0`` (four instances, the scenario's whole workload an
-episode by default) with random valid actions drawn up front, resetting at every episode end with a fresh
+episode by default) with random valid actions, resetting at every episode end with a fresh
 seed (so every episode builds a new workload: the worst case for the workload cache), and
 prints the process's current RSS every ``--every`` steps, then the growth from the first sample
 after warm-up to the last.
