@@ -22,6 +22,8 @@ shipped profiles re-priced on them) in ``calibration/reports/trajectory-h200/rep
         --from-measured calibration/data/torch/h200-141gb/trajectory \
         --cost-model torch:llama-3-8b@h200-141gb/tp1 --cost-model torch:qwen2-7b@h200-141gb/tp1 \
         --out calibration/reports/trajectory-h200
+
+The same from the command line: ``llmsched-gym validate --backend torch [--from-measured DIR]``.
 """
 
 from __future__ import annotations
@@ -410,6 +412,7 @@ def run(args: Any) -> int:
     for rep in reports:
         print(f"{rep.profile} ({rep.device})")
         print(rep.summary().to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+        print(rep.regions().to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     md = write_report(reports, args.out, title)
     print(f"wrote {md}, {md.parent / 'steps.csv'}, {md.parent / 'trajectory.png'}")
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 
 from llmsched_gym.backends.vllm._deps import INSTALL_HINT
 from llmsched_gym.cli.common import positive_int
+from llmsched_gym.errors import ConfigError
 
 __all__ = ["add_calibrate_vllm_args", "add_validate_parser", "run_calibrate_vllm", "run_validate"]
 
@@ -237,11 +238,21 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="shipped trace name or trace file (default splitwise-conv)",
     )
     p.add_argument(
+        "--backend",
+        choices=("vllm", "torch"),
+        default="vllm",
+        help="vllm (default): a live vLLM engine against the simulator. torch: trajectory "
+        "validation of the profile's step times: simulate the trace, sample --steps executed "
+        "steps with their items, time each whole step on --device with the torch profiler's "
+        "kernels and compare (per-step MAPE, total-time error, region table, plot); "
+        "--from-measured re-prices committed measurements instead (no torch needed)",
+    )
+    p.add_argument(
         "--num-requests",
         type=positive_int,
-        default=150,
+        default=None,
         metavar="N",
-        help="the trace's first N requests (default 150)",
+        help="the trace's first N requests (default 150; --backend torch: 1500)",
     )
     p.add_argument(
         "--load",
@@ -265,10 +276,12 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--cost-model",
-        default=DEFAULT_PROFILE,
+        action="append",
+        default=None,
         metavar="PROFILE",
         help=f"calibrated profile (path or name; default {DEFAULT_PROFILE}); ignored with "
-        "--calibrate",
+        "--calibrate. --backend torch: repeatable, each profile priced along the same steps "
+        f"(default {TORCH_DEFAULT_PROFILE})",
     )
     p.add_argument(
         "--calibrate",
@@ -310,15 +323,121 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"output folder (default {DEFAULT_VALIDATE_DIR}/vllm-<trace>[-<scheduler>])",
     )
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="--backend torch: executed steps sampled from the schedule (default 120)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="--backend torch: seed of the step sample (default 0)",
+    )
+    p.add_argument(
+        "--from-measured",
+        metavar="DIR",
+        help="--backend torch, analysis only: sampled_steps.json and traj-<model>.csv in DIR "
+        "(e.g. calibration/data/torch/h200-141gb/trajectory) re-priced with --cost-model",
+    )
     _add_engine_args(p)
+    for action in p._actions:  # engine sizes: defaults depend on the backend
+        if action.dest in _TORCH_ENGINE_DEFAULTS:
+            action.help = f"{action.help}; --backend torch: {_TORCH_ENGINE_HELP[action.dest]}"
+            action.default = None
+        elif action.dest == "device":
+            action.help = f"{action.help}; --backend torch: cpu (default) or cuda"
+        elif action.dest == "model":
+            action.help = (
+                f"{action.help}; --backend torch: the model timed (default tiny-llama on cpu, "
+                "the profile's on cuda)"
+            )
     p.set_defaults(func=run_validate)
     return p
 
 
+TORCH_DEFAULT_PROFILE = "torch:llama-3-8b@h200-141gb/tp1"
+_VLLM_ENGINE_DEFAULTS = {"max_num_batched_tokens": 512, "max_num_seqs": 32, "num_gpu_blocks": 513}
+_TORCH_ENGINE_DEFAULTS = {
+    "max_num_batched_tokens": 4096,
+    "max_num_seqs": 128,
+    "num_gpu_blocks": None,
+}
+_TORCH_ENGINE_HELP = {
+    "max_num_batched_tokens": "the simulated engine's (default 4096)",
+    "max_num_seqs": "the simulated engine's (default 128)",
+    "num_gpu_blocks": "the simulated engine's (default: derived from the profile's model and GPU)",
+}
+_VLLM_ONLY = {
+    "load": 0.5, "max_prompt": None, "max_output": 96, "calibrate": False,
+    "calibration_repeats": 2, "no_interleave": False, "scheduler": "vllm-v1", "runs": 1,
+    "block_size": 32, "max_model_len": 1024, "no_prefix_caching": False, "hidden_size": 256,
+    "num_layers": 2, "dtype": None, "timer": "wall",
+}  # fmt: skip
+_TORCH_ONLY = ("steps", "seed", "from_measured")
+
+
+def _check_backend_options(args: argparse.Namespace) -> None:
+    """Options of the other backend are refused by name (never silently ignored)."""
+    if args.backend == "torch":
+        wrong = [k for k, v in _VLLM_ONLY.items() if getattr(args, k) != v]
+    else:
+        wrong = [k for k in _TORCH_ONLY if getattr(args, k) is not None]
+    if wrong:
+        names = ", ".join("--" + k.replace("_", "-") for k in wrong)
+        other = "vllm" if args.backend == "torch" else "torch"
+        raise ConfigError(
+            f"validate --backend {args.backend}: {names} only apply to --backend {other}"
+        )
+
+
+def run_validate_torch(args: argparse.Namespace) -> int:
+    """``llmsched-gym validate --backend torch``: trajectory validation of cost profiles."""
+    from types import SimpleNamespace
+
+    from llmsched_gym.calibration import trajectory
+
+    device = args.device or "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"validate --backend torch: --device must be cpu or cuda, got {device!r}")
+    trace = str(args.trace)
+    stem = "measured" if args.from_measured else Path(trace).stem if Path(trace).suffix else trace
+    sizes = {k: getattr(args, k) for k in _TORCH_ENGINE_DEFAULTS}
+    sizes = {k: _TORCH_ENGINE_DEFAULTS[k] if v is None else v for k, v in sizes.items()}
+    return trajectory.run(
+        SimpleNamespace(
+            trace=trace,
+            limit=args.num_requests or 1500,
+            cost_model=args.cost_model or [TORCH_DEFAULT_PROFILE],
+            steps=args.steps or 120,
+            device=device,
+            model=args.model,
+            seed=0 if args.seed is None else args.seed,
+            from_measured=args.from_measured,
+            out=args.out or f"{DEFAULT_VALIDATE_DIR}/torch-{stem}",
+            **sizes,
+        )
+    )
+
+
 def run_validate(args: argparse.Namespace) -> int:
     """``llmsched-gym validate``: run, compare, write, print the error table."""
+    _check_backend_options(args)
+    if args.backend == "torch":
+        return run_validate_torch(args)
     from llmsched_gym.backends.vllm.validate import run_validation
 
+    if args.cost_model is not None and len(args.cost_model) > 1:
+        raise ConfigError(
+            "validate --backend vllm: give one --cost-model (several: --backend torch)"
+        )
+    for key, value in _VLLM_ENGINE_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.num_requests is None:
+        args.num_requests = 150
     trace = str(args.trace)
     out = args.out or default_validate_dir(trace, args.scheduler)
     from llmsched_gym.backends.vllm._deps import vllm_available
@@ -328,7 +447,7 @@ def run_validate(args: argparse.Namespace) -> int:
     result, paths = run_validation(
         trace,
         config=_engine_config(args),
-        cost_model=None if args.calibrate else args.cost_model,
+        cost_model=None if args.calibrate else (args.cost_model or [DEFAULT_PROFILE])[0],
         calibrate_first=args.calibrate,
         calibration_repeats=args.calibration_repeats,
         num_requests=args.num_requests,

@@ -929,8 +929,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             folders.append(torch_profile.run_profile(cfg, out / cfg.model, progress=True))
     for folder in folders:
         meas = torch_fit.load_measurements(folder)
-        tf = torch_fit.fit_measurements(meas, seed=args.seed)
-        stem = profile_file_stem(torch_fit.profile_name(meas)[0])
+        tf = torch_fit.fit_measurements(meas, seed=args.seed, form=args.form)
+        stem = profile_file_stem(torch_fit.profile_name(meas, args.form)[0])
         dest = out if args.from_dir else folder
         written = torch_fit.write_fit_outputs(
             tf,
@@ -1152,7 +1152,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
         leaderboard_cli.add_parser(sub)
     if full or command == "counterfactual":
-        from llmsched_gym import counterfactual
+        from llmsched_gym.cli import counterfactual
 
         counterfactual.add_parser(sub)
     return parser
@@ -1208,6 +1208,13 @@ def _add_calibrate_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the train / held-out split (default 0)"
+    )
+    p.add_argument(
+        "--form",
+        choices=("extended", "piecewise", "linear"),
+        default="extended",
+        help="profile form to fit (--backend torch): extended (torch:*, the default), piecewise "
+        "(torch-pw:*, piecewise token term and per-item prefill terms) or linear",
     )
     p.set_defaults(func=_cmd_calibrate)
     live_cli.add_validate_parser(sub)

@@ -81,7 +81,41 @@ def item_terms(
     vLLM's split-KV condition), ``longest_context`` (max of m) and ``short_prefill_kv`` (sum of m
     over prefill items with ``c <= short_max_new`` and ``m > long_min_cached``).
     """
-    tokens = attn = dkv = npf = ndc = pkv = split = longest = spkv = 0
+    return _item_pass(items, phases, short_max_new, long_min_cached, 0)[:9]
+
+
+def prefill_item_terms(
+    items: Iterable[tuple[int, int]],
+    phases: Iterable[bool] | None = None,
+    short_max_new: int = SHORT_MAX_NEW_TOKENS,
+    long_min_cached: int = LONG_MIN_CACHED,
+) -> tuple[int, int, int, int, int, int, int, int, int, int, int]:
+    """:func:`item_terms` plus the two prefill attention terms of :class:`PiecewiseCostModel`.
+
+    ``short_prefill_chunks``: split-KV chunks of ``long_min_cached`` cached tokens (rounded up)
+    under short prefill chunks (``c <= short_max_new`` over ``m > long_min_cached``: the
+    split-KV call's thread blocks); ``longest_prefill``: the largest ``c + m`` of the other
+    prefill items (the longest unsplit attention span, one thread block's work).
+    """
+    if long_min_cached < 1:
+        raise CostModelError(
+            f"prefill_item_terms needs long_min_cached >= 1, got {long_min_cached}"
+        )
+    return _item_pass(items, phases, short_max_new, long_min_cached, 1)
+
+
+def _item_pass(
+    items: Iterable[tuple[int, int]],
+    phases: Iterable[bool] | None,
+    short_max_new: int,
+    long_min_cached: int,
+    prefill_terms: int,
+) -> tuple[int, int, int, int, int, int, int, int, int, int, int]:
+    """One pass over the items: :func:`prefill_item_terms`' eleven values.
+
+    The last two stay 0 unless ``prefill_terms`` (:func:`item_terms` drops them).
+    """
+    tokens = attn = dkv = npf = ndc = pkv = split = longest = spkv = chunks = span = 0
     if phases is None:
         pairs: Iterable[tuple[tuple[int, int], bool]] = ((it, it[0] != 1) for it in items)
     else:
@@ -101,7 +135,11 @@ def item_terms(
             split = 1
             if prefill:
                 spkv += m
-    return tokens, attn, dkv, npf, ndc, pkv, split, longest, spkv
+                if prefill_terms:
+                    chunks += (m + long_min_cached - 1) // long_min_cached
+        elif prefill and prefill_terms and c + m > span:
+            span = c + m
+    return tokens, attn, dkv, npf, ndc, pkv, split, longest, spkv, chunks, span
 
 
 def item_features(
@@ -130,9 +168,16 @@ def items_step_time(
     if not getattr(model, "phase_items", False):
         phases = None
     if getattr(model, "item_priced", False):
-        tokens, attn, dkv, npf, ndc, _, split, longest, spkv = item_terms(
-            items, phases, model.short_max_new_tokens, model.long_min_cached
-        )
+        if getattr(model, "prefill_item_terms", False):
+            tokens, attn, dkv, npf, ndc, _, split, longest, spkv, chunks, span = _item_pass(
+                items, phases, model.short_max_new_tokens, model.long_min_cached, 1
+            )
+            return float(
+                model.step_time(tokens, attn, dkv, npf, ndc, split, longest, spkv, chunks, span)
+            )
+        tokens, attn, dkv, npf, ndc, _, split, longest, spkv = _item_pass(
+            items, phases, model.short_max_new_tokens, model.long_min_cached, 0
+        )[:9]
         return float(model.step_time(tokens, attn, dkv, npf, ndc, split, longest, spkv))
     tokens, attn, dkv, npf, ndc, pkv = item_features(items, phases)
     if getattr(model, "uses_prefill_kv", False):
@@ -283,6 +328,8 @@ class ExtendedLinearCostModel(LinearCostModel):
     item_priced = True
     EXTRA_COEFFICIENTS = ("c_split_path", "c_longest_context", "c_short_prefill_kv")
     TERMS = ("token_knee", "short_max_new_tokens", "long_min_cached")
+    TERM_DEFAULTS = {"token_knee": 0, "short_max_new_tokens": SHORT_MAX_NEW_TOKENS,
+                     "long_min_cached": LONG_MIN_CACHED}  # fmt: skip
 
     def __init__(
         self,
@@ -319,16 +366,20 @@ class ExtendedLinearCostModel(LinearCostModel):
             if abs(value) == float("inf"):
                 raise CostModelError(f"linear cost model: {key} must be finite, got {value!r}")
             setattr(self, key, float(value))
-        defaults = {"token_knee": 0, "short_max_new_tokens": SHORT_MAX_NEW_TOKENS,
-                    "long_min_cached": LONG_MIN_CACHED}  # fmt: skip
+        unknown = set(terms) - set(self.TERMS)
+        if unknown:
+            raise CostModelError(
+                f"{type(self).__name__}: unknown terms {sorted(unknown)}; allowed: "
+                f"{list(self.TERMS)}"
+            )
         for key in self.TERMS:
-            value = terms.get(key, defaults[key])
+            value = terms.get(key, self.TERM_DEFAULTS[key])
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise CostModelError(
                     f"linear cost model: {key} must be an integer >= 0, got {value!r}"
                 )
             setattr(self, key, value)
-        self._knee = float(self.token_knee)
+        self._knee = float(getattr(self, "token_knee", 0))
 
     @property
     def decode_priced_by_sums(self) -> bool:
@@ -430,3 +481,223 @@ class ExtendedLinearCostModel(LinearCostModel):
             t = t + d
             starts.append(t)
         return durations, starts
+
+
+TOKEN_KNOTS = (16, 128, 512, 2048)
+"""Knots of :class:`PiecewiseCostModel`'s token term (powers of two at GEMM tile multiples,
+fixed a priori: flat below 16 tokens, one slope per interval, ``c_tokens`` above 2048)."""
+
+
+class PiecewiseCostModel(ExtendedLinearCostModel):
+    """:class:`ExtendedLinearCostModel` with a piecewise token term and per-item prefill terms.
+
+    Flags ``item_priced`` and ``prefill_item_terms`` (:func:`items_step_time`).
+
+    ``c0 + tok(num_tokens) + c_prefill_attn*prefill_attn + c_decode_kv*decode_kv
+    + c_prefill*num_prefill + c_decode*num_decode + c_split_path*split_path
+    + c_longest_context*longest_context + c_short_prefill_kv*short_prefill_kv
+    + c_mixed*[num_prefill > 0 and num_decode > 0] + c_short_prefill_chunks*short_prefill_chunks
+    + c_longest_prefill*longest_prefill``, where for knots ``k_0 < ... < k_K`` and a non-empty
+    batch ``tok(t) = sum_i token_slopes[i] * (min(t, k_{i+1}) - k_i)^+ + c_tokens * (t - k_K)^+``
+    (flat below ``k_0``; 0 for an empty batch).
+
+    Why: a step's GEMM time is flat while memory-bound and then grows with a slope that changes
+    with tile utilisation (one knee is not enough for steps of 16-512 tokens); a mixed batch
+    runs two attention calls; a short chunk over a long context costs by its KV chunks; a long
+    prefill's attention is bound by its longest span (``calibration/reports/cost-forms``).
+    The two prefill terms and the mixed indicator are 0 in a pure-decode step, so decode
+    stretches are priced exactly as :class:`ExtendedLinearCostModel`'s
+    (:meth:`decode_series_longest`, stepping the same ``step_time``).
+    """
+
+    prefill_item_terms = True
+    EXTRA_COEFFICIENTS = (
+        *ExtendedLinearCostModel.EXTRA_COEFFICIENTS,
+        "c_mixed",
+        "c_short_prefill_chunks",
+        "c_longest_prefill",
+    )
+    TERMS = ("short_max_new_tokens", "long_min_cached")
+    TERM_DEFAULTS = {
+        "short_max_new_tokens": SHORT_MAX_NEW_TOKENS,
+        "long_min_cached": LONG_MIN_CACHED,
+    }
+
+    def __init__(
+        self,
+        c0: float,
+        *linear: float,
+        name: str = "piecewise",
+        token_knots: Iterable[int] = TOKEN_KNOTS,
+        token_slopes: Iterable[float] | None = None,
+        short_max_new_tokens: int = SHORT_MAX_NEW_TOKENS,
+        long_min_cached: int = LONG_MIN_CACHED,
+        **coefficients: float,
+    ) -> None:
+        """``linear``: c_tokens ... c_decode by position; ``coefficients``: any by name."""
+        names = LinearCostModel.COEFFICIENTS[1:]
+        if len(linear) > len(names):
+            raise CostModelError(
+                f"piecewise cost model: at most {len(names)} positional coefficients after c0 "
+                f"({', '.join(names)}), got {len(linear)}"
+            )
+        lin = dict(zip(names, linear, strict=False))
+        extra = {}
+        for key, value in coefficients.items():
+            if key in lin:
+                raise CostModelError(f"piecewise cost model: {key} given twice")
+            if key not in names and key not in self.EXTRA_COEFFICIENTS:
+                raise CostModelError(
+                    f"piecewise cost model: unknown coefficient {key!r}; allowed: "
+                    f"{list(LinearCostModel.COEFFICIENTS + self.EXTRA_COEFFICIENTS)}"
+                )
+            (lin if key in names else extra)[key] = value
+        LinearCostModel.__init__(self, c0, **lin, name=name)
+        self._init_terms(
+            extra,
+            {"short_max_new_tokens": short_max_new_tokens, "long_min_cached": long_min_cached},
+        )
+        if self.long_min_cached < 1:
+            raise CostModelError(
+                f"piecewise cost model: long_min_cached (the split-KV chunk) must be >= 1, got "
+                f"{self.long_min_cached}"
+            )
+        self._init_knots(token_knots, token_slopes)
+        self._term_coefs = tuple(
+            getattr(self, key)
+            for key in self.COEFFICIENTS[2:] + self.EXTRA_COEFFICIENTS
+            if key != "c_mixed"
+        )
+
+    def decode_series_longest(
+        self, n: int, m0: int, longest: int, k: int, start: float, stop: float
+    ) -> tuple[list[float], list[float]]:
+        """:meth:`ExtendedLinearCostModel.decode_series_longest` with ``step_time`` inlined.
+
+        The same float operations in the same order as ``step_time(n, 0, m0 + j * n, 0, n,
+        split, longest + j, 0)``, the constant head computed once (a pure-decode step has no
+        mixed term), so durations equal stepping bit for bit.
+        """
+        a, kv, p, dc, sp, lc, spkv = self._term_coefs[:7]
+        head = self.c0 + self.token_term(n) + a * 0.0
+        pz, dn, tail = p * 0.0, dc * float(n), spkv * 0.0
+        split = 1 <= self.short_max_new_tokens
+        threshold = self.long_min_cached
+        durations: list[float] = []
+        starts = [start]
+        t = start
+        for j in range(k):
+            if t >= stop:
+                break
+            top = longest + j
+            on = 1.0 if split and top > threshold else 0.0
+            d = head + kv * float(m0 + j * n) + pz + dn + sp * on + lc * float(top) + tail
+            durations.append(d)
+            t = t + d
+            starts.append(t)
+        return durations, starts
+
+    def _init_knots(self, knots: Iterable[int], slopes: Iterable[float] | None) -> None:
+        """Validate and set the token term's knots and per-interval slopes."""
+        try:
+            ks = list(knots)
+        except TypeError:
+            raise CostModelError(
+                f"piecewise cost model: token_knots must be a list of integers, got {knots!r}"
+            ) from None
+        if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+            raise CostModelError(
+                f"piecewise cost model: token_knots must be a non-empty list of integers >= 1, "
+                f"got {ks!r}"
+            )
+        if any(b <= a for a, b in zip(ks[:-1], ks[1:], strict=True)):
+            raise CostModelError(
+                f"piecewise cost model: token_knots must be strictly increasing, got {ks!r}"
+            )
+        ss = [0.0] * (len(ks) - 1) if slopes is None else list(slopes)
+        if len(ss) != len(ks) - 1:
+            raise CostModelError(
+                f"piecewise cost model: token_slopes needs one slope per interval between knots "
+                f"({len(ks) - 1} for knots {ks}), got {len(ss)}"
+            )
+        for i, v in enumerate(ss):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0.0):
+                raise CostModelError(
+                    f"piecewise cost model: token_slopes[{i}] must be a finite number >= 0 (the "
+                    f"step time may not fall as tokens grow), got {v!r}"
+                )
+            if v == float("inf"):
+                raise CostModelError(f"piecewise cost model: token_slopes[{i}] is infinite")
+        if self.c_tokens < 0.0:
+            raise CostModelError(
+                f"piecewise cost model: c_tokens (the slope above the last knot) must be >= 0, "
+                f"got {self.c_tokens!r}"
+            )
+        self.token_knots = tuple(ks)
+        self.token_slopes = tuple(float(v) for v in ss)
+        self._segments = tuple(
+            (float(a), float(b), s)
+            for a, b, s in zip(ks[:-1], ks[1:], self.token_slopes, strict=True)
+        )
+        self._last_knot = float(ks[-1])
+
+    def terms(self) -> dict[str, Any]:
+        """The short / long thresholds, the knots and the slopes."""
+        return {
+            **{key: getattr(self, key) for key in self.TERMS},
+            "token_knots": list(self.token_knots),
+            "token_slopes": list(self.token_slopes),
+        }
+
+    def token_term(self, num_tokens: float) -> float:
+        """``tok(num_tokens)`` of the class docstring (seconds)."""
+        t = float(num_tokens)
+        tok = 0.0
+        for lo, hi, slope in self._segments:
+            if t <= lo:
+                return tok
+            tok = tok + slope * ((t if t < hi else hi) - lo)
+        if t > self._last_knot:
+            tok = tok + self.c_tokens * (t - self._last_knot)
+        return tok
+
+    def step_time(
+        self, num_tokens, prefill_attn, decode_kv, num_prefill, num_decode, *terms
+    ) -> float:
+        """Evaluate the model for one batch.
+
+        ``terms``: up to five item-level values in the order ``split_path``,
+        ``longest_context``, ``short_prefill_kv``, ``short_prefill_chunks``, ``longest_prefill``
+        (missing ones are 0). The mixed-batch term is added last.
+        """
+        if len(terms) > 5:
+            raise TypeError(f"step_time takes at most 5 item-level terms, got {len(terms)}")
+        coefs = self._term_coefs
+        t = self.c0 + self.token_term(num_tokens)
+        for i, x in enumerate((prefill_attn, decode_kv, num_prefill, num_decode, *terms)):
+            t = t + coefs[i] * float(x)
+        if num_prefill > 0 and num_decode > 0:
+            t = t + self.c_mixed
+        return t
+
+    def step_times(self, num_tokens, prefill_attn, decode_kv, num_prefill, num_decode, *terms):
+        """Vectorised ``step_time`` (same operations in the same order, so equal bit for bit).
+
+        ``terms``: up to five item-level arrays in ``step_time``'s order (missing ones are 0).
+        """
+        if len(terms) > 5:
+            raise TypeError(f"step_times takes at most 5 item-level terms, got {len(terms)}")
+        f = np.asarray
+        t = f(num_tokens, dtype=np.float64)
+        tok = np.zeros(np.shape(t))
+        for lo, hi, slope in self._segments:
+            tok = tok + slope * (np.minimum(t, hi) - lo) * (t > lo)
+        tok = tok + self.c_tokens * np.maximum(t - self._last_knot, 0.0)
+        npf = f(num_prefill, dtype=np.float64)
+        ndc = f(num_decode, dtype=np.float64)
+        coefs = self._term_coefs
+        out = self.c0 + tok
+        for i, x in enumerate((prefill_attn, decode_kv, npf, ndc, *terms)):
+            out = out + coefs[i] * f(x, dtype=np.float64)
+        mixed = ((npf > 0.0) & (ndc > 0.0)).astype(np.float64)
+        return out + self.c_mixed * mixed

@@ -1,7 +1,8 @@
 """InferMax's batch cost model (Kim et al., §3.2; coefficients from the authors' code).
 
-Per layer, in milliseconds (``papers/NOTES.md`` §4.2, from
-``vidur/.../sklearn_execution_time_predictor.py`` and ``entities/execution_time.py``):
+Per layer, in milliseconds (the authors' code, ``ValerioL29/infermax@f18ad5a``:
+``vidur/vidur/execution_time_predictor/sklearn_execution_time_predictor.py`` and
+``vidur/vidur/entities/execution_time.py``):
 
 * non-attention ("other", TP all-reduce folded in): ``a_o·Σc + b_o``;
 * decode attention, when the batch has ``B_d >= 1`` decodes:
@@ -36,9 +37,9 @@ one-token prompt (``I = 1``) or the last one-token chunk of a refill pays the pr
 ``timer="model"``) prices its items by phase (``Request.in_prefill_phase``): the first batch of
 1,024 one-token prompts costs 118.2 ms, as in Vidur, not the 89.6 ms of decode pricing.
 
-Left out: Vidur's profiled elementwise ``add`` per layer (no coefficients published; NOTES §4.2)
-and CPU overheads (skipped by the paper). The paper warns the 7B set gives ~3 ms per decode step,
-which looks low for an A100; we reproduce the coefficients as published.
+Left out: Vidur's profiled elementwise ``add`` per layer (no coefficients published) and CPU
+overheads (skipped by the paper). At ~3 ms per decode step the 7B set looks low for an A100; we
+reproduce the coefficients as the authors' code has them.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class InferMaxCoefficients:
 
 
 COEFFICIENTS: dict[str, InferMaxCoefficients] = {
-    # NOTES §4.2 table (authors' hard-coded values); layers from the model cards.
+    # The authors' hard-coded values (``sklearn_execution_time_predictor.py``); layers from the
+    # model cards.
     "llama-2-7b": InferMaxCoefficients(
         a_p=1.6773e-7,
         b_p=0.0926,

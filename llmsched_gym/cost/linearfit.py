@@ -26,8 +26,10 @@ import numpy as np
 from llmsched_gym.cost.base import (
     LONG_MIN_CACHED,
     SHORT_MAX_NEW_TOKENS,
+    TOKEN_KNOTS,
     ExtendedLinearCostModel,
     LinearCostModel,
+    PiecewiseCostModel,
 )
 from llmsched_gym.errors import CostModelError
 
@@ -39,6 +41,7 @@ __all__ = [
     "fit_columns",
     "fit_extended",
     "fit_linear",
+    "fit_piecewise",
     "nnls",
 ]
 
@@ -46,6 +49,8 @@ FEATURES = ("num_tokens", "prefill_attn", "decode_kv", "num_prefill", "num_decod
 """The five batch features of llmsched_gym.cost.base, in LinearCostModel's coefficient order."""
 ITEM_TERMS = ("split_path", "longest_context", "short_prefill_kv")
 """The item-level features of ExtendedLinearCostModel, in its coefficient order."""
+PREFILL_TERMS = ("short_prefill_chunks", "longest_prefill")
+"""PiecewiseCostModel's per-item prefill terms (after :data:`ITEM_TERMS` in its arguments)."""
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,11 @@ class BatchSet:
     ) -> dict[str, np.ndarray]:
         """The item-level features of every batch (as :func:`~llmsched_gym.cost.base.item_terms`).
 
-        Also ``decode_kv_short_prefill``: ``decode_kv`` of batches holding a prefill with
-        ``c <= short_max_new`` over ``m > long_min_cached`` (0 otherwise), an analysis feature
-        for PyTorch FlashAttention-2's GQA artefact (profiler version 1), never shipped.
+        Also the prefill terms of :func:`~llmsched_gym.cost.base.prefill_item_terms`
+        (``short_prefill_chunks``, ``longest_prefill``), and ``decode_kv_short_prefill``:
+        ``decode_kv`` of batches holding a prefill with ``c <= short_max_new`` over
+        ``m > long_min_cached`` (0 otherwise), an analysis feature for PyTorch
+        FlashAttention-2's GQA artefact (profiler version 1), never shipped.
         """
         n = self.num_batches
         c, m = self.c, self.m
@@ -101,11 +108,16 @@ class BatchSet:
 
         longest = np.zeros(n, dtype=np.int64)
         np.maximum.at(longest, self.batch, m)
+        span = np.zeros(n, dtype=np.int64)
+        np.maximum.at(span, self.batch, np.where((c > 1) & ~short_long, c + m, 0))
+        chunk = max(long_min_cached, 1)
         has_short_prefill = total(short_prefill.astype(np.int64)) > 0
         return {
             "split_path": (total(short_long.astype(np.int64)) > 0).astype(np.int64),
             "longest_context": longest,
             "short_prefill_kv": total(np.where(short_prefill, m, 0)),
+            "short_prefill_chunks": total(np.where(short_prefill, (m + chunk - 1) // chunk, 0)),
+            "longest_prefill": span,
             "decode_kv_short_prefill": np.where(
                 has_short_prefill, total(np.where(c == 1, m, 0)), 0
             ),
@@ -439,4 +451,75 @@ def fit_linear(
     coef = _solve(design_matrix(features), y, train, min_c0_s)
     model = LinearCostModel(*(float(v) for v in coef), name=name)
     pred = model.step_times(*(features[f] for f in FEATURES))
+    return _result(model, pred, y, train, held, seed, heldout_fraction)
+
+
+def token_segments(num_tokens: np.ndarray, knots: tuple[int, ...]) -> list[np.ndarray]:
+    """PiecewiseCostModel's token columns.
+
+    ``(min(t, k_{i+1}) - k_i)^+`` per interval, then ``(t - k_K)^+`` (the ``c_tokens`` column).
+    """
+    t = np.asarray(num_tokens, dtype=np.float64)
+    cols = [
+        np.clip(t - lo, 0.0, float(hi - lo)) for lo, hi in zip(knots[:-1], knots[1:], strict=True)
+    ]
+    return cols + [np.maximum(t - knots[-1], 0.0)]
+
+
+def piecewise_columns(
+    features: dict[str, np.ndarray], terms: dict[str, np.ndarray], knots: tuple[int, ...]
+) -> list[np.ndarray]:
+    """Design columns (without the intercept) of :class:`PiecewiseCostModel`, in fit order.
+
+    The interval slopes, ``c_tokens``, the other four features, then the six extra coefficients.
+    """
+    mixed = (np.asarray(features["num_prefill"]) > 0) & (np.asarray(features["num_decode"]) > 0)
+    return [
+        *token_segments(features["num_tokens"], knots),
+        *(features[f] for f in FEATURES[1:]),
+        *(terms[f] for f in ITEM_TERMS),
+        mixed.astype(np.float64),
+        *(terms[f] for f in PREFILL_TERMS),
+    ]
+
+
+def fit_piecewise(
+    features: dict[str, np.ndarray],
+    terms: dict[str, np.ndarray],
+    times_s: np.ndarray,
+    name: str,
+    token_knots: tuple[int, ...] = TOKEN_KNOTS,
+    *,
+    seed: int = 0,
+    heldout_fraction: float = 0.2,
+    thresholds: tuple[int, int] = (SHORT_MAX_NEW_TOKENS, LONG_MIN_CACHED),
+) -> FitResult:
+    """Fit a PiecewiseCostModel like :func:`fit_extended` (same split, solver, intercept floor).
+
+    ``terms`` are :meth:`BatchSet.item_terms` with the same ``thresholds``
+    (``short_max_new_tokens``, ``long_min_cached``; their ``short_prefill_chunks`` and
+    ``longest_prefill`` included). NNLS keeps every slope >= 0, so the token term is monotone.
+    """
+    knots = tuple(int(k) for k in token_knots)
+    y, held, train = _split(times_s, seed, heldout_fraction)
+    cols = piecewise_columns(features, terms, knots)
+    a = np.stack([np.ones(len(y))] + [np.asarray(c, dtype=np.float64) for c in cols], axis=1)
+    coef = [float(v) for v in _solve(a, y, train, 1e-6)]
+    k = len(knots) - 1
+    slopes, rest = coef[1 : 1 + k], coef[1 + k :]
+    lin = dict(zip(LinearCostModel.COEFFICIENTS[1:], rest[:5], strict=True))
+    extra = dict(zip(PiecewiseCostModel.EXTRA_COEFFICIENTS, rest[5:], strict=True))
+    model = PiecewiseCostModel(
+        coef[0],
+        **lin,
+        **extra,
+        name=name,
+        token_knots=knots,
+        token_slopes=slopes,
+        short_max_new_tokens=thresholds[0],
+        long_min_cached=thresholds[1],
+    )
+    pred = model.step_times(
+        *(features[f] for f in FEATURES), *(terms[f] for f in ITEM_TERMS + PREFILL_TERMS)
+    )
     return _result(model, pred, y, train, held, seed, heldout_fraction)

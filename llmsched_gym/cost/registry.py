@@ -12,7 +12,10 @@ Accepted specs (the ``--cost-model`` flag of ``llmsched-gym simulate``):
   ``llmsched_gym/cost/profiles/vidur-*.yaml`` for the format). A profile may add the item-level
   coefficients of :class:`~llmsched_gym.cost.base.ExtendedLinearCostModel` and a ``terms``
   mapping (``token_knee``, ``short_max_new_tokens``, ``long_min_cached``); it then loads as a
-  :class:`ProfiledExtendedCostModel` (see ``torch-*.yaml``).
+  :class:`ProfiledExtendedCostModel` (see ``torch-*.yaml``). ``kind: piecewise`` profiles
+  (``torch-pw-*.yaml``) add the per-item prefill coefficients of
+  :class:`~llmsched_gym.cost.base.PiecewiseCostModel` and ``token_knots`` / ``token_slopes``
+  in ``terms``; they load as a :class:`ProfiledPiecewiseCostModel`.
 
 Every model the registry returns, except ``constant``, carries ``.model``, ``.gpu`` and ``.tp``
 (None when a user file omits them) and a
@@ -38,6 +41,7 @@ from llmsched_gym.cost.base import (
     CostModel,
     ExtendedLinearCostModel,
     LinearCostModel,
+    PiecewiseCostModel,
 )
 from llmsched_gym.cost.capacity import MemoryOverheads, num_gpu_blocks
 from llmsched_gym.cost.hardware import get_model, list_gpus, list_models, resolve_gpu, resolve_model
@@ -47,6 +51,7 @@ from llmsched_gym.errors import CostModelError, show
 __all__ = [
     "ProfileInfo",
     "ProfiledExtendedCostModel",
+    "ProfiledPiecewiseCostModel",
     "ProfiledLinearCostModel",
     "list_profiles",
     "load_cost_model",
@@ -78,7 +83,7 @@ class ProfileInfo:
 
     name: str
     kind: str
-    """``constant``, ``roofline`` or ``linear``."""
+    """``constant``, ``roofline``, ``linear`` or ``piecewise``."""
     model: str | None
     gpu: str | None
     tp: int | None
@@ -103,12 +108,16 @@ class ProfiledLinearCostModel(LinearCostModel):
         path: str | None = None,
     ) -> None:
         super().__init__(**coefficients, name=name)
-        self.model = model
-        self.gpu = gpu
-        self.tp = tp
-        self.fit = dict(fit or {})
-        self.source = dict(source or {})
-        self.path = path
+        self._set_provenance(model=model, gpu=gpu, tp=tp, fit=fit, source=source, path=path)
+
+    def _set_provenance(self, **meta: Any) -> None:
+        """What the profile was fitted for (model, gpu, tp, fit) and where it came from."""
+        unknown = set(meta) - {"model", "gpu", "tp", "fit", "source", "path"}
+        if unknown:
+            raise TypeError(f"unknown profile provenance {sorted(unknown)}")
+        self.model, self.gpu, self.tp = meta.get("model"), meta.get("gpu"), meta.get("tp")
+        self.fit, self.source = dict(meta.get("fit") or {}), dict(meta.get("source") or {})
+        self.path = meta.get("path")
 
     def num_gpu_blocks(
         self,
@@ -175,6 +184,65 @@ class ProfiledExtendedCostModel(ExtendedLinearCostModel, ProfiledLinearCostModel
         return f"ProfiledExtendedCostModel({self.name!r})"
 
 
+class ProfiledPiecewiseCostModel(PiecewiseCostModel, ProfiledLinearCostModel):
+    """A :class:`~llmsched_gym.cost.base.PiecewiseCostModel` loaded from a profile file.
+
+    ``meta``: the provenance of :class:`ProfiledLinearCostModel` (model, gpu, tp, fit, source,
+    path); ``terms``: the thresholds, ``token_knots`` and ``token_slopes``.
+    """
+
+    def __init__(
+        self, coefficients: dict[str, float], name: str, terms: dict[str, Any], **meta: Any
+    ) -> None:
+        terms = dict(terms)
+        PiecewiseCostModel.__init__(
+            self,
+            **coefficients,
+            name=name,
+            token_knots=terms.pop("token_knots"),
+            token_slopes=terms.pop("token_slopes"),
+            **terms,
+        )
+        self._set_provenance(**meta)
+
+    def __repr__(self) -> str:
+        return f"ProfiledPiecewiseCostModel({self.name!r})"
+
+
+def _parse_piecewise(doc: dict[str, Any], where: str, **meta: Any) -> ProfiledPiecewiseCostModel:
+    """The ``kind: piecewise`` part of :func:`_parse_profile` (keys here, values by the model)."""
+    coef = doc.get("coefficients")
+    allowed = set(LinearCostModel.COEFFICIENTS) | set(PiecewiseCostModel.EXTRA_COEFFICIENTS)
+    if not isinstance(coef, dict) or not set(LinearCostModel.COEFFICIENTS) <= set(coef) <= allowed:
+        got = sorted(coef) if isinstance(coef, dict) else show(coef)
+        raise CostModelError(
+            f"{where}: a piecewise profile's coefficients must map {sorted(allowed)} (the last "
+            f"{len(PiecewiseCostModel.EXTRA_COEFFICIENTS)} optional) to seconds, got {got}"
+        )
+    terms = doc.get("terms")
+    allowed_terms = {*PiecewiseCostModel.TERMS, "token_knots", "token_slopes"}
+    if (
+        not isinstance(terms, dict)
+        or not {"token_knots", "token_slopes"} <= set(terms) <= allowed_terms
+    ):
+        raise CostModelError(
+            f"{where}: a piecewise profile needs terms with token_knots and token_slopes (and "
+            f"optionally {list(PiecewiseCostModel.TERMS)}), got {show(terms)}"
+        )
+    for key, value in coef.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CostModelError(f"{where}: coefficients.{key} must be a number, got {show(value)}")
+    for key in ("token_knots", "token_slopes"):
+        if not isinstance(terms[key], list):
+            raise CostModelError(f"{where}: terms.{key} must be a list, got {show(terms[key])}")
+    try:
+        return ProfiledPiecewiseCostModel(
+            {k: float(v) for k, v in coef.items()}, path=where, terms=terms, **meta
+        )
+    except CostModelError as err:
+        raise CostModelError(f"{where}: {err}") from None
+
+
 def _profile_dir_files() -> list[Any]:
     root = resources.files("llmsched_gym.cost").joinpath("profiles")
     return sorted(
@@ -234,8 +302,23 @@ def _parse_profile(doc: Any, where: str) -> ProfiledLinearCostModel:
         raise CostModelError(
             f"{where}: unknown keys {sorted(unknown)}; allowed keys are {sorted(_PROFILE_KEYS)}"
         )
-    if doc.get("kind") != "linear":
-        raise CostModelError(f"{where}: kind must be 'linear', got {show(doc.get('kind'))}")
+    if doc.get("kind") not in ("linear", "piecewise"):
+        raise CostModelError(
+            f"{where}: kind must be 'linear' or 'piecewise', got {show(doc.get('kind'))}"
+        )
+    model, gpu, tp = doc.get("model"), doc.get("gpu"), doc.get("tp")
+    if model is not None:
+        model = resolve_model(str(model))
+    if gpu is not None:
+        gpu = resolve_gpu(str(gpu))
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
+        raise CostModelError(f"{where}: tp must be a positive integer, got {show(tp)}")
+    name = str(doc.get("name") or where)
+    if doc["kind"] == "piecewise":
+        return _parse_piecewise(
+            doc, where, name=name, model=model, gpu=gpu, tp=tp, fit=doc.get("fit"),
+            source=doc.get("source"),
+        )  # fmt: skip
     coef = doc.get("coefficients")
     expected = set(LinearCostModel.COEFFICIENTS)
     extra = set(ExtendedLinearCostModel.EXTRA_COEFFICIENTS)
@@ -256,16 +339,6 @@ def _parse_profile(doc: Any, where: str) -> ProfiledLinearCostModel:
     for key, value in coef.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise CostModelError(f"{where}: coefficients.{key} must be a number, got {show(value)}")
-    model = doc.get("model")
-    gpu = doc.get("gpu")
-    tp = doc.get("tp")
-    if model is not None:
-        model = resolve_model(str(model))
-    if gpu is not None:
-        gpu = resolve_gpu(str(gpu))
-    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
-        raise CostModelError(f"{where}: tp must be a positive integer, got {show(tp)}")
-    name = str(doc.get("name") or where)
     try:
         if terms is not None or set(coef) & extra:
             return ProfiledExtendedCostModel(
@@ -419,7 +492,7 @@ def profile_info(spec: str) -> ProfileInfo:
         raise CostModelError(f"cost model {spec!r}: unexpected type {type(model).__name__}")
     return ProfileInfo(
         name=model.name,
-        kind="linear",
+        kind="piecewise" if isinstance(model, PiecewiseCostModel) else "linear",
         model=model.model,
         gpu=model.gpu,
         tp=model.tp,

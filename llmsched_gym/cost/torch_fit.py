@@ -45,6 +45,7 @@ from llmsched_gym.cost.hardware import get_model
 from llmsched_gym.cost.linearfit import (
     FEATURES,
     ITEM_TERMS,
+    PREFILL_TERMS,
     BatchSet,
     FitResult,
     FitStats,
@@ -52,6 +53,7 @@ from llmsched_gym.cost.linearfit import (
     fit_columns,
     fit_extended,
     fit_linear,
+    fit_piecewise,
     knee_tokens,
 )
 from llmsched_gym.cost.torch_profile import (
@@ -77,6 +79,8 @@ __all__ = [
 
 KINDS = ("decode-only", "one prefill", "several prefills", "mixed")
 TOKEN_BINS = (0, 16, 128, 512, 2048, 1 << 30)
+FIT_FORMS = ("extended", "piecewise", "linear")
+"""Forms ``fit_measurements`` can ship (``calibrate --form``)."""
 TOKEN_KNEE = 128
 """Knee of the extended form's token term: below it a step reads the weights once and is flat."""
 PROFILER_VERSIONS = {
@@ -318,15 +322,19 @@ def region_table(pred: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def profile_name(meas: Measurements) -> tuple[str, str | None, str | None]:
-    """(profile name, model or None, gpu or None) for a measurement's hardware."""
+PROFILE_PREFIX = {"extended": "torch", "linear": "torch", "piecewise": "torch-pw"}
+"""Name prefix of a fitted profile by form (``torch-pw:`` for :class:`PiecewiseCostModel`)."""
+
+
+def profile_name(meas: Measurements, form: str = "extended") -> tuple[str, str | None, str | None]:
+    """(profile name, model or None, gpu or None) for a measurement's hardware and a form."""
     gpu = gpu_of(meas.meta)
     model = meas.meta["model"]
     try:
         model_name: str | None = get_model(model).name
     except CostModelError:
         model_name = None
-    return f"torch:{model}@{gpu or 'cpu'}/tp1", model_name, gpu
+    return f"{PROFILE_PREFIX[form]}:{model}@{gpu or 'cpu'}/tp1", model_name, gpu
 
 
 def gpu_of(meta: dict[str, Any]) -> str | None:
@@ -356,6 +364,8 @@ def _fit_form(
     if form == "linear":
         return fit_linear(feats, y, name, seed=seed, heldout_fraction=frac)
     terms = batches.item_terms()
+    if form == "piecewise":
+        return fit_piecewise(feats, terms, y, name, seed=seed, heldout_fraction=frac)
     return fit_extended(feats, terms, y, name, token_knee=knee, seed=seed, heldout_fraction=frac)
 
 
@@ -363,7 +373,12 @@ def _predict(model: Any, batches: BatchSet) -> np.ndarray:
     feats = batches.features()
     if getattr(model, "item_priced", False):
         terms = batches.item_terms(model.short_max_new_tokens, model.long_min_cached)
-        return model.step_times(*(feats[f] for f in FEATURES), *(terms[f] for f in ITEM_TERMS))
+        keys = (
+            ITEM_TERMS + PREFILL_TERMS
+            if getattr(model, "prefill_item_terms", False)
+            else ITEM_TERMS
+        )
+        return model.step_times(*(feats[f] for f in FEATURES), *(terms[f] for f in keys))
     return model.step_times(*(feats[f] for f in FEATURES))
 
 
@@ -401,12 +416,13 @@ def fit_measurements(
         meas: the measurements.
         seed: seed of the train / held-out split.
         heldout_fraction: share of measured steps kept out of the fit.
-        form: ``extended`` (ExtendedLinearCostModel, shipped) or ``linear`` (six coefficients).
+        form: ``extended`` (ExtendedLinearCostModel, the ``torch:`` profiles), ``piecewise``
+            (PiecewiseCostModel, the ``torch-pw:`` profiles) or ``linear`` (six coefficients).
         token_knee: knee of the extended form's token term.
     """
-    if form not in ("extended", "linear"):
-        raise CostModelError(f"fit form must be 'extended' or 'linear', got {form!r}")
-    name, _, _ = profile_name(meas)
+    if form not in FIT_FORMS:
+        raise CostModelError(f"fit form must be one of {list(FIT_FORMS)}, got {form!r}")
+    name, _, _ = profile_name(meas, form)
     feats = meas.steps.features()
     y = meas.step_times_s
     fit = _fit_form(form, meas.steps, y, name, seed, heldout_fraction, token_knee)
@@ -457,16 +473,16 @@ def fit_measurements(
 
 def profile_document(tf: TorchFit, created: str | None = None) -> dict[str, Any]:
     """The YAML document of the fitted profile, with provenance."""
-    name, model, gpu = profile_name(tf.meas)
+    name, model, gpu = profile_name(tf.meas, tf.form)
     meta = tf.meas.meta
     return {
-        "kind": "linear",
+        "kind": "piecewise" if tf.form == "piecewise" else "linear",
         "name": name,
         "model": model,
         "gpu": gpu,
         "tp": 1,
         "coefficients": tf.fit.model.coefficients(),
-        **({"terms": tf.fit.model.terms()} if tf.form == "extended" else {}),
+        **({"terms": tf.fit.model.terms()} if tf.form != "linear" else {}),
         "units": "seconds; features as defined in llmsched_gym/cost/base.py",
         "fit": {
             "method": "relative-error non-negative least squares (Lawson-Hanson), seeded split "
@@ -580,7 +596,7 @@ def plot_fit(tf: TorchFit, path: str | Path) -> Path:
     axes[1].set(
         xscale="log", xlabel="tokens in the step", ylabel="|fitted - measured| / measured (%)"
     )
-    name, _, _ = profile_name(tf.meas)
+    name, _, _ = profile_name(tf.meas, tf.form)
     fig.suptitle(f"{name}: {tf.form} profile vs measured steps")
     fig.tight_layout()
     out = Path(path)
@@ -592,7 +608,7 @@ def plot_fit(tf: TorchFit, path: str | Path) -> Path:
 
 def report_markdown(tf: TorchFit, cross: pd.DataFrame | None, plot_name: str | None) -> str:
     """The Markdown report of one fit."""
-    name, _, _ = profile_name(tf.meas)
+    name, _, _ = profile_name(tf.meas, tf.form)
     meta = tf.meas.meta
     hw = meta["hardware"]
     coef = tf.fit.model.coefficients()
@@ -605,6 +621,8 @@ def report_markdown(tf: TorchFit, cross: pd.DataFrame | None, plot_name: str | N
     terms = ""
     if tf.form == "extended":
         terms = f" Terms (token knee and short / long thresholds): {tf.fit.model.terms()}."
+    elif tf.form == "piecewise":
+        terms = f" Terms (thresholds, token knots and slopes): {tf.fit.model.terms()}."
     lines = [
         f"# {name}: cost profile from measured steps",
         "",
@@ -701,6 +719,15 @@ def write_fit_outputs(
             "c_decode*num_decode\n#             + c_split_path*split_path + c_longest_context*"
             "longest_context\n#             + c_short_prefill_kv*short_prefill_kv  "
             "(item-level features: llmsched_gym/cost/base.py)\n"
+        )
+    if tf.form == "piecewise":
+        header = (
+            "# Fitted piecewise cost profile (PiecewiseCostModel). Generated by `llmsched-gym "
+            "calibrate --backend torch --form piecewise`; do not edit by hand.\n"
+            "# step_time_s = c0 + tok(num_tokens) + (the extended form's other terms)\n"
+            "#             + c_mixed*[prefills and decodes] + c_short_prefill_chunks*"
+            "short_prefill_chunks\n#             + c_longest_prefill*longest_prefill  "
+            "(tok: token_knots / token_slopes; llmsched_gym/cost/base.py)\n"
         )
     profile_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = profile_path.with_name(profile_path.name + ".tmp")

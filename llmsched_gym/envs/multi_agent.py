@@ -88,6 +88,7 @@ class ClusterParallelEnv(_Base):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
         self.top_k = top_k
+        self.render_mode = None
         n = self._route.num_instances
         self.possible_agents = ["router", *(f"instance_{i}" for i in range(n))]
         self.agents: list[str] = []
@@ -97,6 +98,11 @@ class ClusterParallelEnv(_Base):
             self.observation_spaces[name] = observation_space(top_k, False)
             self.action_spaces[name] = spaces.Box(0.0, 1.0, (2,), np.float32)
         self._observers: list[Observer] = []
+
+    @property
+    def route_env(self) -> RouteEnv:
+        """The ``RouteEnv`` underneath (its cluster, decision and views; for router adapters)."""
+        return self._route
 
     def observation_space(self, agent: str) -> spaces.Space:
         """The observation space of ``agent``."""

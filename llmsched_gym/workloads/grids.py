@@ -1,6 +1,6 @@
 """Offline grids: B requests at t = 0 with given input and output sizes (InferMax §4).
 
-InferMax (Kim et al., "InferMax: ...", EPFL; papers/NOTES.md §4) analyses schedulers offline:
+InferMax (Kim et al., EPFL, §4) analyses schedulers offline:
 all B requests arrive before scheduling begins. §4.1–4.5 use fixed input size I and output size
 O for every request (I, O from 1 to 1024, B = 32 and 1024); §4.6 mixes two of four groups with
 ``S = {8, 16}`` and ``L = {512, 1024}``:

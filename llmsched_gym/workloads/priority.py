@@ -2,9 +2,10 @@
 
 ProServe (Huang et al., arXiv 2512.12928, §5.1 "Details") marks each request high or low
 priority with probability 0.5, with weights 2 and 1, and judges it against TTFT and TPOT SLOs.
-The paper does not give its SLO values; following papers/NOTES.md §2.3 (item 8) they can be
-set as multiples (5× by default) of the *unloaded* TTFT and TPOT, i.e. the latency one request
-sees alone on the engine, computed from a cost model.
+The paper does not give its SLO values (its Fig. 5 shows a 0.8 s TTFT SLO; the authors'
+``weizhehuang0827/xllm-service@0f87e4bb`` defaults to 1,000 ms / 50 ms), so they are set as
+multiples (5× by default) of the *unloaded* TTFT and TPOT, i.e. the latency one request sees
+alone on the engine, computed from a cost model.
 
 Priorities follow vLLM: a lower ``priority`` is served first, so high = 0 and low = 1.
 
@@ -195,7 +196,7 @@ def assign_slos(
         ttft_s: TTFT SLO in seconds for every request.
         tpot_s: TPOT SLO in seconds for every request.
         cost_model: Cost model for SLOs given as multiples (``llmsched_gym.cost``).
-        ttft_scale: Multiple of the unloaded TTFT (default 5, NOTES §2.3).
+        ttft_scale: Multiple of the unloaded TTFT (default 5).
         tpot_scale: Multiple of the unloaded TPOT (default 5).
         basis: ``"trace"`` or ``"request"``.
         chunk_size: Prefill token budget per step for the unloaded TTFT (None: one step).

@@ -4,7 +4,8 @@ Every query is a :class:`~llmsched_gym.core.job.Job` whose stages form a chain: 
 (``Information Retriever`` and ``extract_keywords`` calls), SQL-candidate generation (the calls of
 one parallel stage), 0-10 self-correction rounds (``revise``), unit-test generation and evaluation
 (``unit_tester``, ``generate_unit_test``, then the ``evaluate`` calls of one parallel stage). As in
-the Hexgen-Flow simulator (NOTES §3.2, ``core/request.py:222-233``), all
+the Hexgen-Flow simulator (``Relaxed-System-Lab/Hexgen-Flow@396a3ba``,
+``core/request.py:222-233``), all
 ``generate_candidate_llama-agent`` calls form one parallel stage, all ``evaluate`` calls another,
 and every other call is its own sequential stage released when its predecessor finishes.
 
@@ -81,7 +82,8 @@ STEP_NAMES: dict[str, str] = {
 """Short names of the CHESS agent calls and their ``step`` names in the HexGen-Flow traces."""
 
 PARALLEL_STEPS: frozenset[str] = frozenset({"GC", "EV"})
-"""Steps whose consecutive calls form one parallel stage (NOTES §3.2)."""
+"""Steps whose consecutive calls form one parallel stage (Hexgen-Flow
+``core/request.py:222-233``)."""
 
 POOLED_STEPS: frozenset[str] = frozenset({"RV", "EV"})
 """Steps with a variable call count, whose lengths are pooled over positions; other steps are
@@ -104,8 +106,9 @@ STANDARD_WORKFLOW: tuple[str, ...] = (
     "EV",
     "UT",
 )
-"""The fixed 15-call template of the base SLO (Hexgen-Flow ``STANDARD_WORKFLOW``, NOTES §3.3-3.4);
-each parallel stage (GC, EV) counts once."""
+"""The fixed 15-call template of the base SLO (Hexgen-Flow@396a3ba ``STANDARD_WORKFLOW`` in
+``core/request.py``, summed in ``start_simulator.py:92-99``); each parallel stage (GC, EV) counts
+once."""
 
 TRACES: tuple[str, ...] = ("trace1", "trace2", "trace3", "financial", "formula1")
 """HexGen-Flow trace names (``input_file_<name>.json``)."""
@@ -274,7 +277,7 @@ def single_request_latency_s(cost_model: CostModel, input_len: int, output_len: 
 
 
 def base_slo_s(cost_model: CostModel | str, trace: str = "trace3") -> float:
-    """Base SLO: the single-query latency of the fixed 15-call template (NOTES §3.4).
+    """Base SLO: the single-query latency of the fixed 15-call template (HexGen-Text2SQL §5.1).
 
     Sum over ``STANDARD_WORKFLOW`` of the single-request latency at the step's stage-typical
     (input, output) pair, taken as the trace's rounded mean lengths of that step (Hexgen-Flow's

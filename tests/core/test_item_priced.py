@@ -156,7 +156,7 @@ def test_plain_profiles_are_unchanged():
     cols = [rng.integers(0, 5000, 50) for _ in range(5)]
     for name in list_profiles():
         cm = load_cost_model(name)
-        if name.startswith("torch:"):
+        if name.startswith(("torch:", "torch-pw:")):
             continue
         assert type(cm) is ProfiledLinearCostModel and not getattr(cm, "item_priced", False)
         plain = LinearCostModel(**cm.coefficients())

@@ -64,13 +64,13 @@ def test_every_shipped_profile_loads_with_provenance(name):
         assert "7d47513363ec447a741ac5e47241580b47724fbf" in model.source["data"]
         assert model.fit["heldout"]["mape_pct"] < 10.0
     else:  # measured on a GPU by `llmsched-gym calibrate --backend torch`
-        assert name.startswith("torch:")
+        assert name.startswith(("torch:", "torch-pw:"))
         assert model.source["hardware"]["gpu_name"] and model.source["hardware"]["torch"]
         assert 0 < model.fit["heldout"]["mape_pct"] < 100.0
     assert model.num_gpu_blocks(16, 0.9) > 0
     info = profile_info(name)
     assert (info.kind, info.model, info.gpu, info.tp) == (
-        "linear",
+        "piecewise" if name.startswith("torch-pw:") else "linear",
         model.model,
         model.gpu,
         model.tp,

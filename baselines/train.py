@@ -1,0 +1,417 @@
+r"""Train an SB3 agent from a recipe config on a suite's train split; evaluate on its test split.
+
+One runner for every learning recipe (RL-Zoo style: the algorithm, policy and hyperparameters
+are data, in ``baselines/configs/<recipe>.yaml``, each value with the reason it was chosen):
+
+    python baselines/train.py baselines/configs/ppo-priority.yaml --seeds 0-4
+
+For each training seed it
+
+1. builds ``n_envs`` ``TrainWorkloadEnv``\ s on the suite's **train** workloads of the config's
+   (scenario, source) groups only (every workload is checked to be of the train split);
+2. trains the config's algorithm (PPO, or MaskablePPO from sb3-contrib where the task has action
+   masks) with one torch thread, printing progress;
+3. writes a submission folder ``<out>/seed<S>/`` (``model.zip``, ``policy.py``,
+   ``submission.yaml``, ``train.json``) that ``llmsched-gym leaderboard evaluate`` takes as it
+   is, and the learning curve (``learning_curve.csv`` / ``.png``: the return of every training
+   episode against environment steps);
+4. evaluates it through the leaderboard harness on the config's ``eval`` test workloads and
+   scores it against the task's reference exactly as the leaderboard does (ratios to the
+   reference's committed results, ``leaderboards/<task>/<reference>/results.csv``).
+
+With several seeds it then writes ``<out>/summary.csv`` and ``summary.md``: each seed's score,
+the geometric mean over seeds with its 95% t interval (the figure declared in advance as the
+recipe's result), and the committed submissions of ``compare`` scored on the same workloads.
+Results go under ``out/train/<recipe>/`` unless ``--out`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import SB3_POLICY_PY, progress_callback, quiet_logger  # noqa: E402
+
+from llmsched_gym.errors import ConfigError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_KEYS = {
+    "description": str,
+    "task": str,
+    "suite": str,
+    "algorithm": str,
+    "policy": str,
+    "policy_kwargs": dict,
+    "hyperparams": dict,
+    "timesteps": int,
+    "n_envs": int,
+    "normalize_reward": bool,
+    "train": dict,
+    "eval": dict,
+    "compare": list,
+    "target": dict,
+}
+REQUIRED = ("task", "algorithm", "policy", "timesteps", "train", "eval")
+ALGORITHMS = {"PPO": "stable_baselines3", "MaskablePPO": "sb3_contrib"}
+ROW_POLICIES = ("RowScorePolicy", "MaskableRowScorePolicy")
+"""Policies of ``llmsched_gym.envs.sb3_policies``; any other name is SB3's own."""
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """A recipe config, validated: unknown keys, wrong types and missing fields are errors."""
+    from llmsched_gym import _yaml
+
+    path = Path(path)
+    try:
+        data = _yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read recipe config {path}: {exc.strerror}") from None
+    except Exception as exc:  # noqa: BLE001 - any YAML error becomes a ConfigError
+        raise ConfigError(f"recipe config {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe config is a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; allowed: {sorted(CONFIG_KEYS)}")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise ConfigError(f"{path}: missing key(s) {missing}")
+    for key, kind in CONFIG_KEYS.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, kind) or kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{path}: {key} must be a {kind.__name__}, got {value!r}")
+    if data["algorithm"] not in ALGORITHMS:
+        raise ConfigError(
+            f"{path}: algorithm must be one of {list(ALGORITHMS)}, got {data['algorithm']!r}"
+        )
+    for key in ("scenarios", "sources"):
+        value = data["train"].get(key)
+        if not isinstance(value, list) or not value:
+            raise ConfigError(f"{path}: train.{key} must be a non-empty list")
+    target = data.get("target")
+    if target is not None and not isinstance(target.get("score_low"), (int, float)):
+        raise ConfigError(f"{path}: target.score_low must be a number, got {target!r}")
+    if data["policy"] in ROW_POLICIES and (data["policy"] == "MaskableRowScorePolicy") != (
+        data["algorithm"] == "MaskablePPO"
+    ):
+        raise ConfigError(
+            f"{path}: policy {data['policy']} goes with "
+            f"{'MaskablePPO' if data['policy'].startswith('Maskable') else 'PPO'}, "
+            f"not {data['algorithm']}"
+        )
+    if data["timesteps"] < 1 or data.get("n_envs", 1) < 1:
+        raise ConfigError(f"{path}: timesteps and n_envs must be positive")
+    data.setdefault("suite", "llmsched-v1")
+    data.setdefault("n_envs", 1)
+    data.setdefault("normalize_reward", False)
+    data.setdefault("hyperparams", {})
+    data.setdefault("policy_kwargs", {})
+    data.setdefault("compare", [])
+    data["name"] = path.stem
+    return data
+
+
+def _seeds(text: str) -> list[int]:
+    """``0-4`` or ``0,2,5``."""
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            if hi < lo:
+                raise ValueError
+            return list(range(lo, hi + 1))
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seeds like 0-4 or 0,2,5, got {text!r}"
+        ) from None
+
+
+def _policy(cfg: dict[str, Any]) -> Any:
+    if cfg["policy"] in ROW_POLICIES:
+        from llmsched_gym.envs import sb3_policies
+
+        return getattr(sb3_policies, cfg["policy"])
+    return cfg["policy"]
+
+
+def _algorithm(name: str) -> type:
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(ALGORITHMS[name]), name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{name} needs {ALGORITHMS[name]}: pip install -e '.[rl]' ({exc})"
+        ) from None
+
+
+def eval_workloads(suite: Any, cfg: dict[str, Any]) -> list[Any]:
+    """The config's test workloads: ``eval.scenarios`` of the task (``all``: every one)."""
+    wanted = cfg["eval"].get("scenarios", "all")
+    ws = suite.workloads("test", tasks=[cfg["task"]])
+    if wanted != "all":
+        ws = [w for w in ws if w.scenario_id in wanted]
+    if not ws:
+        raise ConfigError(f"eval.scenarios {wanted!r} selects no test workload of {cfg['task']}")
+    return ws
+
+
+def committed_rows(task: Any, method: str, workload_ids: set[str]) -> list[dict[str, Any]]:
+    """A committed submission's scored rows on the given workloads (its ``results.csv``)."""
+    from llmsched_gym.leaderboard.cli import leaderboards_root
+    from llmsched_gym.leaderboard.submission import read_results
+
+    folder = leaderboards_root() / task.name.lower() / method.replace(":", "-")
+    path = folder / "results.csv"
+    if not path.is_file():
+        raise ConfigError(f"compare: no committed results for {method!r} at {path}")
+    return [r for r in read_results(path) if r["workload"] in workload_ids]
+
+
+def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
+    """Train one seed, write the submission folder and the learning curve; the train record."""
+    import torch
+    import yaml
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from llmsched_gym.leaderboard.suite import load_suite
+    from llmsched_gym.leaderboard.training import TrainWorkloadEnv, TrainWorkloads
+
+    torch.set_num_threads(1)  # small networks: one thread is fastest and leaves a core free
+    started, cpu_started = time.perf_counter(), time.process_time()
+    suite = load_suite(cfg["suite"])
+    workloads = TrainWorkloads(
+        suite, cfg["task"], cfg["train"]["scenarios"], cfg["train"]["sources"]
+    )
+    n = cfg["n_envs"]
+    envs = [TrainWorkloadEnv(workloads, start=i, stride=n) for i in range(n)]
+    monitors = [Monitor(e) for e in envs]  # raw episode returns, before any normalisation
+    venv = DummyVecEnv([lambda m=m: m for m in monitors])
+    venv.seed(seed)
+    hp = cfg["hyperparams"]
+    if cfg["normalize_reward"]:
+        venv = VecNormalize(venv, norm_obs=False, norm_reward=True, gamma=hp.get("gamma", 0.99))
+    algorithm = _algorithm(cfg["algorithm"])
+    model = algorithm(
+        _policy(cfg), venv, seed=seed, verbose=0, device="cpu",
+        policy_kwargs=dict(cfg["policy_kwargs"]), **hp,
+    )  # fmt: skip
+    quiet_logger(model)
+    progress = progress_callback(f"{cfg['name']} seed {seed}", timesteps, stream=sys.stderr)
+    model.learn(total_timesteps=timesteps, callback=progress)
+    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(folder / "model.zip")
+    curve = _learning_curve(monitors, folder, f"{cfg['name']} seed {seed} ({cfg['task']})")
+    name = cfg["algorithm"]
+    (folder / "policy.py").write_text(
+        SB3_POLICY_PY.format(
+            method=folder.name,
+            name=name,
+            citation=CITATIONS[name],
+            task=cfg["task"],
+            script=f"train.py baselines/configs/{cfg['name']}.yaml",
+            suite=suite.version,
+            module=ALGORITHMS[name],
+        )  # fmt: skip
+    )
+    meta = {
+        "suite": suite.version,
+        "task": cfg["task"],
+        "method": f"{cfg['name']}-seed{seed}",
+        "policy": "policy.py:make",
+        "oracle": False,
+        "paper": None,
+        "training": (
+            f"{name} ({CITATIONS[name]}; {cfg['policy']}), {int(model.num_timesteps):,} steps on "
+            f"{suite.version} {cfg['task']} train workloads only ({workloads.describe()}); "
+            f"recipe baselines/configs/{cfg['name']}.yaml, seed {seed}"
+        ),
+    }
+    (folder / "submission.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=1000))
+    record = {
+        "recipe": cfg["name"],
+        "seed": seed,
+        "timesteps": int(model.num_timesteps),
+        "episodes": len(curve),
+        "train_workloads": sorted({w.id for e in envs for w in e.seen}),
+        "wall_s": round(wall_s, 1),
+        "cpu_s": round(cpu_s, 1),
+        "model_bytes": (folder / "model.zip").stat().st_size,
+        "config": {k: v for k, v in cfg.items() if k != "name"},
+    }
+    (folder / "train.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return record
+
+
+CITATIONS = {
+    "PPO": "Schulman et al., 2017, arXiv:1707.06347",
+    "MaskablePPO": "PPO with invalid-action masking, Huang and Ontañón, 2020, arXiv:2006.14171",
+}
+
+
+def _learning_curve(monitors: list[Any], folder: Path, title: str) -> list[dict[str, Any]]:
+    """Every training episode's return against environment steps; CSV and PNG in ``folder``.
+
+    The environments step in lockstep, so an episode of environment ``i`` that ends after its
+    ``t``-th step ends at about ``t * n_envs`` steps in all.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for i, m in enumerate(monitors):
+        ends = np.cumsum(m.get_episode_lengths()) * len(monitors)
+        for step, ret in zip(ends, m.get_episode_rewards(), strict=True):
+            rows.append({"env": i, "timesteps": int(step), "return": float(ret)})
+    rows.sort(key=lambda r: (r["timesteps"], r["env"]))
+    frame = pd.DataFrame(rows, columns=["env", "timesteps", "return"])
+    frame.to_csv(folder / "learning_curve.csv", index=False)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if len(frame):
+        ax.plot(frame["timesteps"], frame["return"], ".", alpha=0.35, label="episode")
+        window = max(1, len(frame) // 20)
+        smooth = frame["return"].rolling(window, min_periods=1).mean()
+        ax.plot(frame["timesteps"], smooth, "-", label=f"running mean of {window}")
+        ax.legend()
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episode return (train workloads)")
+    ax.set_title(f"Learning curve: {title}")
+    fig.tight_layout()
+    fig.savefig(folder / "learning_curve.png", dpi=110)
+    plt.close(fig)
+    return rows
+
+
+def evaluate_folder(cfg: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
+    """Scored harness rows of a trained submission folder on the config's test workloads."""
+    from llmsched_gym.leaderboard.run import run_all
+    from llmsched_gym.leaderboard.score import score_rows
+    from llmsched_gym.leaderboard.submission import write_results
+    from llmsched_gym.leaderboard.suite import load_suite
+
+    suite = load_suite(cfg["suite"])
+    task = suite.task(cfg["task"])
+    ws = eval_workloads(suite, cfg)
+    rows = run_all(suite, [(str(folder), w) for w in ws], desc=f"evaluate {folder.name}")
+    ref = committed_rows(task, task.reference, {w.id for w in ws})
+    scored = score_rows(rows, ref)
+    write_results(scored, folder / "results.csv")
+    return scored
+
+
+def summarize(cfg: dict[str, Any], per_seed: dict[int, list[dict[str, Any]]], out: Path) -> str:
+    """Per-seed scores, the across-seed geometric mean with its t interval, and comparisons."""
+    import pandas as pd
+
+    from llmsched_gym.leaderboard.score import geometric_score
+    from llmsched_gym.leaderboard.suite import load_suite
+
+    suite = load_suite(cfg["suite"])
+    task = suite.task(cfg["task"])
+    ids = {r["workload"] for rows in per_seed.values() for r in rows}
+    table = []
+    seed_scores = {}
+    for seed, rows in per_seed.items():
+        s = geometric_score(r["ratio"] for r in rows)
+        seed_scores[seed] = s.value
+        table.append({"method": f"{cfg['name']} seed {seed}", "score": s.text(), "n": s.n})
+    across = geometric_score(seed_scores.values())
+    table.insert(
+        0,
+        {
+            "method": f"**{cfg['name']}: {len(per_seed)} seed{'s' if len(per_seed) > 1 else ''}**",
+            "score": across.text(),
+            "n": across.n,
+        },
+    )
+    for method in cfg["compare"]:
+        s = geometric_score(r["ratio"] for r in committed_rows(task, method, ids))
+        table.append({"method": f"{method} (committed)", "score": s.text(), "n": s.n})
+    frame = pd.DataFrame(table)
+    frame.to_csv(out / "summary.csv", index=False)
+    lines = [
+        f"# {cfg['name']}: {task.name}, score against {task.reference} on "
+        f"{len(ids)} test workloads ({cfg['eval'].get('scenarios', 'all')})",
+        "",
+        "Scores: geometric mean of the reference's metric over the method's (above 1 is better);"
+        " a seed's interval is over workloads, the across-seed one over seeds.",
+        "",
+        "| method | score [95% CI] | n |",
+        "|---|---:|---:|",
+        *[f"| {r['method']} | {r['score']} | {r['n']} |" for r in table],
+    ]
+    target = cfg.get("target")
+    if target and across.n < 2:
+        lines += ["", f"Target ({target.get('text', '')}): needs two or more seeds to judge."]
+    elif target:
+        met = across.low >= float(target["score_low"])
+        lines += [
+            "",
+            f"Target ({target.get('text', '')}): across-seed interval's lower end >= "
+            f"{target['score_low']}: **{'met' if met else 'missed'}** "
+            f"(lower end {across.low:.3f}).",
+        ]
+    text = "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train every seed, evaluate, summarise; 2 on a bad config."""
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", help="recipe config YAML (baselines/configs/*.yaml)")
+    p.add_argument("--seeds", type=_seeds, default=[0], help="training seeds, e.g. 0-4 (default 0)")
+    p.add_argument(
+        "--timesteps", type=int, default=None, help="override the config's training steps"
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="output folder (default out/train/<recipe>)"
+    )
+    p.add_argument(
+        "--no-eval", action="store_true", help="train and save only; skip the test evaluation"
+    )
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        timesteps = args.timesteps if args.timesteps is not None else cfg["timesteps"]
+        if timesteps < 1:
+            raise ConfigError(f"--timesteps must be positive, got {timesteps}")
+        out = args.out or Path("out/train") / cfg["name"]
+        per_seed = {}
+        for seed in args.seeds:
+            folder = out / f"seed{seed}"
+            record = train_one(cfg, seed, folder, timesteps)
+            print(
+                f"seed {seed}: {record['timesteps']:,} steps, {record['episodes']} episodes, "
+                f"{record['cpu_s']:.0f} CPU-s; wrote {folder}/",
+                file=sys.stderr,
+            )
+            if not args.no_eval:
+                per_seed[seed] = evaluate_folder(cfg, folder)
+                text = summarize(cfg, per_seed, out)  # after every seed: a stopped run keeps it
+        if per_seed:
+            print(text)
+            print(f"wrote {out}/summary.csv and summary.md")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The cost-form comparison: every form, model and split, regenerated as committed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from llmsched_gym.calibration import forms
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "calibration/reports/cost-forms"
+
+
+def test_committed_comparison_regenerates_whole(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    lines: list[str] = []
+    assert forms.main(["--out", str(tmp_path)], print_fn=lines.append) == 0
+    splits = pd.read_csv(tmp_path / "splits.csv")
+    # Declared: every form, every model, every seed (nothing picked).
+    assert len(splits) == len(forms.FORMS) * len(forms.MODELS) * len(forms.SEEDS)
+    assert set(splits["form"]) == {f.key for f in forms.FORMS}
+    traj = pd.read_csv(tmp_path / "trajectories.csv")
+    assert set(traj["model"]) == {"llama-3-8b", "qwen2-7b"}  # llama-2-7b: none measured
+    assert len(traj) == len(forms.FORMS) * 2 * len(forms.SEEDS) * 2
+    for name in ("splits.csv", "trajectories.csv", "regions.csv"):
+        new, old = pd.read_csv(tmp_path / name), pd.read_csv(COMMITTED / name)
+        pd.testing.assert_frame_equal(new, old, atol=0.01, check_exact=False)
+    assert (tmp_path / "report.md").read_text() == (COMMITTED / "report.md").read_text()
+    assert lines[-1].startswith("wrote ")
+
+
+def test_the_shipped_piecewise_fit_is_the_forms_seed_0_row():
+    """``torch-pw:*`` profiles are the ``piecewise`` form fitted on seed 0 (same columns)."""
+    from llmsched_gym.cost.registry import load_cost_model
+
+    splits = pd.read_csv(COMMITTED / "splits.csv")
+    for model in forms.MODELS:
+        cm = load_cost_model(f"torch-pw:{model}@h200-141gb/tp1")
+        row = splits[(splits.model == model) & (splits.form == "piecewise") & (splits.seed == 0)]
+        assert abs(float(row["heldout_mape_pct"].iloc[0]) - cm.fit["heldout"]["mape_pct"]) < 0.01

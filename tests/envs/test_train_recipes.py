@@ -1,0 +1,102 @@
+"""The config-driven training runner (``baselines/train.py``) and its shipped recipe configs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmsched_gym.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2] / "baselines"
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def _train():
+    sys.path.insert(0, str(ROOT))
+    spec = importlib.util.spec_from_file_location("llmsched_train_recipe", ROOT / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_four_recipes_ship() -> None:
+    assert {p.stem for p in CONFIGS} == {
+        "ppo-priority",
+        "maskable-ppo-select",
+        "maskable-ppo-route",
+        "ppo-knob",
+    }
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_shipped_configs_are_runnable(path: Path) -> None:
+    """Every config names train groups with train workloads, test workloads to evaluate on,
+    committed results to compare with, and an algorithm that fits its task's action space."""
+    from llmsched_gym.leaderboard.suite import load_suite
+    from llmsched_gym.leaderboard.training import TrainWorkloads, env_class
+
+    train = _train()
+    cfg = train.load_config(path)
+    suite = load_suite(cfg["suite"])
+    task = suite.task(cfg["task"])
+    TrainWorkloads(suite, task.name, cfg["train"]["scenarios"], cfg["train"]["sources"])
+    ws = train.eval_workloads(suite, cfg)
+    assert ws and all(w.split == "test" for w in ws)
+    ids = {w.id for w in ws}
+    for method in [task.reference, *cfg["compare"]]:
+        assert len(train.committed_rows(task, method, ids)) == len(ids), method
+    masked = hasattr(env_class(task.name), "action_masks")
+    if cfg["algorithm"] == "MaskablePPO":
+        assert masked
+
+
+def test_bad_configs_name_the_problem(tmp_path) -> None:
+    import yaml
+
+    train = _train()
+    good = yaml.safe_load((ROOT / "configs" / "ppo-priority.yaml").read_text())
+    cases = [
+        ({"extra": 1}, r"unknown key\(s\) \['extra'\]"),
+        ({"algorithm": "A2C"}, "algorithm must be one of"),
+        ({"timesteps": "many"}, "timesteps must be a int"),
+        ({"timesteps": True}, "timesteps must be a int"),
+        ({"target": {"text": "x"}}, "target.score_low must be a number"),
+        ({"policy": "MaskableRowScorePolicy"}, "MaskableRowScorePolicy goes with MaskablePPO"),
+        ({"train": {"scenarios": [], "sources": ["sharegpt"]}}, "train.scenarios must be a"),
+    ]
+    for i, (change, message) in enumerate(cases):
+        path = tmp_path / f"c{i}.yaml"
+        path.write_text(yaml.safe_dump({**good, **change}))
+        with pytest.raises(ConfigError, match=message):
+            train.load_config(path)
+    missing = tmp_path / "m.yaml"
+    missing.write_text("task: Priority\n")
+    with pytest.raises(ConfigError, match=r"missing key\(s\)"):
+        train.load_config(missing)
+    broken = tmp_path / "b.yaml"
+    broken.write_text("task: [\n")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        train.load_config(broken)
+    assert train.main([str(tmp_path / "none.yaml")]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ppo-priority", "maskable-ppo-select"])
+def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
+    pytest.importorskip("sb3_contrib", reason="the recipes need the [rl] extra")
+    from llmsched_gym.leaderboard.submission import load_submission
+
+    train = _train()
+    cfg = train.load_config(ROOT / "configs" / f"{name}.yaml")
+    cfg["hyperparams"] = {**cfg["hyperparams"], "n_steps": 128, "batch_size": 64}
+    record = train.train_one(cfg, 0, tmp_path / "seed0", 256)
+    assert record["timesteps"] == 256
+    assert all(w.split("/")[3] == "train" for w in record["train_workloads"])
+    sub = load_submission(tmp_path / "seed0")
+    assert sub.task == cfg["task"]
+    assert (tmp_path / "seed0" / "learning_curve.png").stat().st_size > 0
+    header = (tmp_path / "seed0" / "learning_curve.csv").read_text().splitlines()[0]
+    assert header == "env,timesteps,return"

@@ -1,0 +1,120 @@
+"""The package's floors: every import, at module top or inside a function, goes down or across.
+
+A module may import modules of its own floor or lower ones, never a higher one. The floors, from
+the ground up (a module belongs to the longest prefix listed; ARCHITECTURE.md draws them):
+
+0. plumbing: errors, config, JSON/YAML readers, the compiled-core loader;
+1. data: request and job specs, the cost models, record column names, atomic file writes;
+2. the KV cache, queues and the metrics computed from records;
+3. the engine (``core.engine``, ``core.async_loop``);
+4. policies (schedulers) and workload generators;
+5. ``simulation`` (one trace through one engine);
+6. clusters and routers;
+7. scenarios, environments, the vLLM backends, calibration, counterfactuals, benchmarks;
+8. the leaderboard;
+9. the command line and the package's front door.
+
+``KNOWN_DEBT`` lists the upward imports that exist today, each to be removed by issue 25 (a
+paper's scheduler that simulates to calibrate itself, HexGen's policy and router split across
+floors, a metric written as a policy, the engine's default policy). The test fails on any
+other upward import, and on a debt entry that no longer exists (so the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "llmsched_gym"
+
+FLOORS = {
+    "errors": 0, "config": 0, "_json": 0, "_yaml": 0, "_gc": 0, "_markdown": 0, "_native": 0,
+    "build_native": 0,
+    "core.request": 1, "core.job": 1, "cost": 1, "metrics.columns": 1, "metrics._atomic": 1,
+    "kv": 2, "core.queues": 2, "metrics": 2,
+    "core": 3,
+    "policies": 4, "workloads": 4,
+    "simulation": 5,
+    "cluster": 6,
+    "scenarios": 7, "envs": 7, "backends": 7, "calibration": 7, "counterfactual": 7, "bench": 7,
+    "leaderboard": 8,
+    "cli": 9, "__main__": 9, "_gym_hook": 9, "": 9,
+}  # fmt: skip
+"""Module (dotted, without ``llmsched_gym.``; "" is the package's ``__init__``) -> floor."""
+
+KNOWN_DEBT = {
+    ("core.engine", "policies.vllm_v1"),  # the engine's default policy (issue 25 item 1)
+    ("metrics.tdg", "core.engine"),  # TDG's token timeline is a policy, not a listener (item 1)
+    ("policies.hexgen", "cluster.hexgen"),  # HexGen in three files across floors (item 2)
+    ("policies.hexgen_tuning", "cluster.hexgen"),
+    ("policies.hexgen_tuning", "cluster.routers"),
+    ("policies.hexgen_tuning", "cluster.cluster"),
+    ("policies.relserve", "simulation"),  # calibration runs inside the policy (item 4)
+    ("policies.infermax_csp", "simulation"),
+}
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(name: str) -> bool:
+    return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file()
+
+
+def floor(module: str) -> int:
+    """The floor of a module: its longest prefix in ``FLOORS``."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in FLOORS:
+            return FLOORS[key]
+    if module in FLOORS:
+        return FLOORS[module]
+    raise AssertionError(f"module llmsched_gym.{module} has no floor: add it to FLOORS")
+
+
+def imports() -> list[tuple[str, str, int]]:
+    """(importer, imported, line) for every import of a package module, anywhere in the code."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = _module(path)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == "llmsched_gym":  # submodules, or names of the front door
+                    targets = [a.name if _is_module(a.name) else "" for a in node.names]
+                elif node.module.startswith("llmsched_gym."):
+                    targets = [node.module.removeprefix("llmsched_gym.")]
+            elif isinstance(node, ast.Import):
+                targets = [
+                    a.name.removeprefix("llmsched_gym.")
+                    for a in node.names
+                    if a.name.startswith("llmsched_gym.")
+                ]
+            out += [(importer, t, node.lineno) for t in targets]
+    return out
+
+
+def test_every_module_has_a_floor() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        floor(_module(path))
+
+
+def test_no_import_runs_upward() -> None:
+    upward = {
+        (a, b): line for a, b, line in imports() if floor(b) > floor(a) and (a, b) not in KNOWN_DEBT
+    }
+    assert not upward, "upward imports (importer -> imported: line): " + ", ".join(
+        f"{a} -> {b}: {line}" for (a, b), line in sorted(upward.items())
+    )
+
+
+def test_known_debt_still_exists() -> None:
+    found = {(a, b) for a, b, _ in imports()}
+    gone = sorted(KNOWN_DEBT - found)
+    assert not gone, f"fixed, so drop them from KNOWN_DEBT: {gone}"
+    assert all(floor(b) > floor(a) for a, b in KNOWN_DEBT)
