@@ -46,13 +46,15 @@ class RequestsFrameMixin:
 class SimulationResult(RequestsFrameMixin):
     """Records of one run; ``requests`` and ``steps`` are DataFrames (columns: metrics enums).
 
-    ``request_table`` holds the per-request records as numpy columns; the ``requests`` DataFrame
-    is built from it on first use (so runs that only write CSV never import pandas).
+    ``request_table`` and ``step_table`` hold the records as numpy columns; the ``requests``
+    and ``steps`` DataFrames are built from them on first use (so runs that only write CSV
+    never import pandas).
     """
 
     request_table: dict[str, np.ndarray]
     summary: dict[str, Any]
-    steps: Any = None
+    step_table: dict[str, np.ndarray] | None = None
+    """Per-step records as numpy columns (``record_steps``), else None; see ``steps``."""
     jobs: Any = None
     """Per-job records (``jobs_frame``) when the workload has jobs, else None."""
     itl: tuple[np.ndarray, np.ndarray] | None = None
@@ -63,6 +65,19 @@ class SimulationResult(RequestsFrameMixin):
     num_fast_forward_steps: int = 0
     wall_s: float = 0.0
     _frame: Any = field(default=None, repr=False, compare=False)
+    _steps: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def steps(self) -> Any:
+        """Per-step records as a DataFrame (``StepColumn`` columns), None without them.
+
+        Built from ``step_table`` on first use, so runs that only write CSV never import pandas.
+        """
+        if self._steps is None and self.step_table is not None:
+            from llmsched_gym.metrics.records import steps_frame
+
+            self._steps = steps_frame(self.step_table)
+        return self._steps
 
 
 def spec_columns(specs: Sequence[Any]) -> dict[str, list]:
@@ -258,9 +273,9 @@ def simulate(
         table = request_table(request_columns(engine.finished, aborted=engine.aborted))
         steps = None
         if record_steps:
-            from llmsched_gym.metrics.records import steps_frame
+            from llmsched_gym.metrics.table import step_table
 
-            steps = steps_frame(engine.step_columns())
+            steps = step_table(engine.step_columns())
         itl = (np.asarray(engine.itl_values), np.asarray(engine.itl_weights, dtype=np.int64))
         summary = summary_values(table, steps, itl=itl)
         summary["num_refused"] = len(refused)
@@ -271,7 +286,7 @@ def simulate(
         result = SimulationResult(
             request_table=table,
             summary=summary,
-            steps=steps,
+            step_table=steps,
             itl=itl,
             scheduler=policy.name,
             cost_model=getattr(model, "name", str(cost_model)),

@@ -293,22 +293,32 @@ def _simulate_and_write(args: argparse.Namespace) -> int:
 
 
 def _write_records(output: common.OutputSet, result: Any, fmt: str) -> None:
-    """Writes a run's request, job and step records (and a cluster's instances) into the set."""
-    from llmsched_gym.metrics.io import write_frame
+    """Writes a run's request, job and step records (and a cluster's instances) into the set.
+
+    CSV of one engine's run goes straight from its numpy columns (``write_table``), so a plain
+    ``simulate --out`` never imports pandas; the other records go through DataFrames.
+    """
+    from llmsched_gym.metrics.table import write_table
+
+    def frame(df: Any, name: str) -> None:
+        from llmsched_gym.metrics.io import write_frame
+
+        write_frame(df, output.path(name))
 
     suffix = ".parquet" if fmt == "parquet" else ".csv"
-    if suffix == ".csv":  # straight from the numpy columns: no pandas on this path
-        from llmsched_gym.metrics.table import write_table
-
+    if suffix == ".csv":
         write_table(result.request_table, output.path("requests.csv"))
     else:
-        write_frame(result.requests, output.path(f"requests{suffix}"))
+        frame(result.requests, f"requests{suffix}")
     if result.jobs is not None:
-        write_frame(result.jobs, output.path(f"jobs{suffix}"))
+        frame(result.jobs, f"jobs{suffix}")
     instances = getattr(result, "instances", None)
     if instances is not None:
-        write_frame(instances, output.path(f"instances{suffix}"))
-    if result.steps is not None:
+        frame(instances, f"instances{suffix}")
+    step_table = getattr(result, "step_table", None)
+    if suffix == ".csv" and step_table is not None:
+        write_table(step_table, output.path("steps.csv"))
+    elif result.steps is not None:
         steps = result.steps
         if isinstance(steps, list):  # a cluster: one frame per instance
             import pandas as pd
@@ -316,7 +326,7 @@ def _write_records(output: common.OutputSet, result: Any, fmt: str) -> None:
             steps = pd.concat(
                 [f.assign(instance_id=i) for i, f in enumerate(steps)], ignore_index=True
             )
-        write_frame(steps, output.path(f"steps{suffix}"))
+        frame(steps, f"steps{suffix}")
 
 
 def _run_and_write(
@@ -738,6 +748,18 @@ def _format_frame(table: Any) -> str:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.vs_vidur:
+        from llmsched_gym.bench import run_vs_vidur
+
+        run_vs_vidur(
+            pairs=args.pairs,
+            out=args.out,
+            vidur_dir=args.vidur_dir,
+            vidur_python=args.vidur_python,
+            predictors=tuple(args.vidur_predictor or ["random_forrest"]),
+            warm_up=args.warm_up,
+        )
+        return 0
     if args.envs:
         from llmsched_gym.envs.bench import main as bench_envs
 
@@ -938,8 +960,32 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The CLI's argument parser."""
+COMMANDS = (
+    "simulate", "compare", "bench", "workloads", "calibrate", "validate", "envs", "list",
+    "leaderboard", "counterfactual",
+)  # fmt: skip
+"""The top-level commands, in ``--help`` order."""
+_DEFERRED = ("calibrate", "validate", "leaderboard", "counterfactual")
+"""Commands whose parsers import modules no other command needs (built only when named)."""
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The command ``argv`` names, if it is a known one that defers nothing else's parser."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+        if arg in ("-h", "--help", "--version"):
+            return None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's argument parser: every command, or with ``command`` that one's parser.
+
+    The parsers of the other commands in ``_DEFERRED`` are then left out, so a ``simulate``
+    does not import what ``calibrate`` or ``leaderboard`` need (start-up time).
+    """
+    full = command is None
     from llmsched_gym import __version__
     from llmsched_gym.policies.registry import list_policies
 
@@ -1026,6 +1072,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead: Gymnasium environment steps per second for each task on the chat scenario "
         "(first 2,000 requests) with a vLLM-equivalent and a random agent",
     )
+    g = p.add_argument_group(
+        "side by side with Vidur (--vs-vidur)",
+        "whole 'llmsched-gym simulate' processes on the Azure 2023 conversation trace clipped "
+        "as Vidur clips it, one Llama-2-70B TP2 A100 instance with Vidur's vLLM settings "
+        "(4,096-token batches, 128 sequences, 3,328 KV blocks, no prefix caching), vllm-v0 and "
+        "vllm-v1, records off and written; CPU seconds (median of --pairs rounds after "
+        "--warm-up rounds), steps and requests. With --vidur-dir, Vidur's own runs alternate with "
+        "ours and the ratio is printed",
+    )
+    g.add_argument("--vs-vidur", action="store_true", help="run this comparison instead")
+    g.add_argument(
+        "--pairs", type=common.positive_int, default=3, metavar="N", help="rounds (default 3)"
+    )
+    g.add_argument(
+        "--warm-up",
+        type=int,
+        default=1,
+        metavar="N",
+        help="uncounted rounds first (default 1; Vidur's first run trains its predictor)",
+    )
+    g.add_argument(
+        "--vidur-dir", metavar="DIR", help="a checkout of microsoft/vidur at 7d47513 to run too"
+    )
+    g.add_argument(
+        "--vidur-python",
+        default="python",
+        metavar="PY",
+        help="the Python that has Vidur's requirements (default python)",
+    )
+    g.add_argument(
+        "--vidur-predictor",
+        action="append",
+        choices=("random_forrest", "linear_regression"),
+        help="Vidur's execution-time predictor, repeatable (default random_forrest)",
+    )
+    g.add_argument(
+        "--out",
+        default="out/bench/vs-vidur",
+        metavar="DIR",
+        help="the clipped trace, records and runs.json go here (default out/bench/vs-vidur)",
+    )
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser(
@@ -1051,6 +1138,39 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_set_argument(p)
     p.set_defaults(func=_cmd_workloads)
 
+    if full or command in ("calibrate", "validate"):
+        _add_calibrate_parsers(sub)
+
+    p = sub.add_parser(
+        "envs",
+        help="list the registered Gymnasium environment ids with task, scenario and spaces",
+    )
+    common.add_json_argument(p)
+    p.set_defaults(func=_cmd_envs)
+
+    p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
+    p.add_argument(
+        "what",
+        nargs="?",
+        default="all",
+        choices=("all", "traces", "schedulers", "profiles"),
+        help="what to list (default all)",
+    )
+    p.set_defaults(func=_cmd_list)
+
+    if full or command == "leaderboard":
+        from llmsched_gym.leaderboard import cli as leaderboard_cli
+
+        leaderboard_cli.add_parser(sub)
+    if full or command == "counterfactual":
+        from llmsched_gym.cli import counterfactual
+
+        counterfactual.add_parser(sub)
+    return parser
+
+
+def _add_calibrate_parsers(sub: Any) -> None:
+    """``calibrate`` and ``validate`` (their options import the torch and live-vLLM helpers)."""
     p = sub.add_parser(
         "calibrate",
         help="measure a model's engine steps on this machine and fit a cost profile",
@@ -1110,35 +1230,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_calibrate)
     live_cli.add_validate_parser(sub)
 
-    p = sub.add_parser(
-        "envs",
-        help="list the registered Gymnasium environment ids with task, scenario and spaces",
-    )
-    common.add_json_argument(p)
-    p.set_defaults(func=_cmd_envs)
-
-    p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
-    p.add_argument(
-        "what",
-        nargs="?",
-        default="all",
-        choices=("all", "traces", "schedulers", "profiles"),
-        help="what to list (default all)",
-    )
-    p.set_defaults(func=_cmd_list)
-
-    from llmsched_gym.leaderboard import cli as leaderboard_cli
-
-    leaderboard_cli.add_parser(sub)
-    from llmsched_gym.cli import counterfactual
-
-    counterfactual.add_parser(sub)
-    return parser
-
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``llmsched-gym`` console script."""
-    parser = build_parser()
+    parser = build_parser(_command_in(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -104,6 +104,19 @@ class Instance:
         return cdiv(prompt_len + output_len - 1, cfg.block_size) <= cfg.num_gpu_blocks - 1
 
 
+def _fit_limits(entry: Sequence[Instance]) -> tuple[float, float] | None:
+    """The tightest ``max_model_len`` and KV capacity (tokens) over ``entry`` (``fits``' limits).
+
+    ``fits`` holds for a request when prompt + max_tokens is within the first and prompt +
+    output - 1 within the second, for every instance at once. None for no instances.
+    """
+    if not entry:
+        return None
+    lens = [x.engine.config.max_model_len for x in entry]
+    caps = [(x.engine.config.num_gpu_blocks - 1) * x.engine.config.block_size for x in entry]
+    return (min(float("inf") if n is None else n for n in lens), min(caps))
+
+
 @dataclass
 class RoutingDecision:
     """A request waiting for a router: what ``Cluster.next_decision`` returns."""
@@ -228,6 +241,9 @@ class Cluster:
         self.entry = [x for x in self.instances if x.role in ("both", "prefill")]
         """Instances that take new requests."""
         self.decoders = [x for x in self.instances if x.role == "decode"]
+        self._fit_all = _fit_limits(self.entry) if not self.decoders else None
+        """(shortest max_model_len, smallest KV cache in tokens) of the entry instances: a
+        request within both fits every one of them (``_candidates``' shortcut)."""
         self._causal = bool(self.decoders)
         """Finishes create arrivals (PD hand-offs, job stages): bound stretches (see the loop)."""
         self._heap: list[tuple[float, int, int, Any]] = []
@@ -246,6 +262,10 @@ class Cluster:
         self.finish_callbacks: list[Callable[[int], None]] = []
         self._pending: tuple[float, int, int, Any] | None = None
         self._pending_candidates: list[Instance] = []
+        self._times: list[float] | None = None
+        """Each instance's next event time, kept across decisions (``next_decision``)."""
+        self._stale = -1
+        """The instance whose next event time ``dispatch`` changed (-1: none)."""
         self._reset_router(self.router)
         if self.decode_router is not None:
             self._reset_router(self.decode_router)
@@ -297,6 +317,12 @@ class Cluster:
 
     def _candidates(self, spec: RequestSpec) -> list[Instance]:
         out_len = min(spec.output_len, spec.max_tokens)
+        fit_all = self._fit_all
+        if fit_all is not None:  # within the tightest limits: every entry instance fits
+            if spec.prompt_len + spec.max_tokens <= fit_all[0] and (
+                spec.prompt_len + out_len - 1 <= fit_all[1]
+            ):
+                return list(self.entry)
         decodable = None
         out = []
         for x in self.entry:
@@ -377,8 +403,14 @@ class Cluster:
         instances = self.instances
         # Each engine's next event time (the clock when it has work, else its next arrival),
         # refreshed for the engine that moved: between two decisions only the cluster changes
-        # its engines (advancing one, or handing a PD request to one).
-        times = [x.engine.next_event_time() for x in instances]
+        # its engines (advancing one, dispatching to one, or handing a PD request to one).
+        times = self._times
+        if times is None:
+            times = [x.engine.next_event_time() for x in instances]
+            self._times = times
+        elif self._stale >= 0:
+            times[self._stale] = instances[self._stale].engine.next_event_time()
+        self._stale = -1
         inf = float("inf")
         while True:
             t_arr = heap[0][0] if heap else inf
@@ -388,6 +420,7 @@ class Cluster:
                 if event[2] == _HANDOFF:
                     self._handoff(event)
                     times = [x.engine.next_event_time() for x in instances]
+                    self._times = times
                     continue
                 spec = event[3]
                 candidates = self._candidates(spec)
@@ -444,6 +477,7 @@ class Cluster:
                 f"candidates are {allowed}"
             )
         self._pending = None
+        self._stale = index
         inst = self.instances[index]
         self.order[spec.request_id] = self.num_routed
         self.num_routed += 1

@@ -31,6 +31,10 @@ _all_true = np.logical_and.reduce
 
 _WORKLOAD_CACHE: OrderedDict[tuple, list] = OrderedDict()
 _WORKLOAD_CACHE_SIZE = 16
+"""Most workloads kept (least recently used go first)."""
+_WORKLOAD_CACHE_ITEMS = 100_000
+"""Most requests and jobs kept over all cached workloads (the newest is always kept): resets
+with a fresh seed each episode would otherwise hold 16 whole workloads (issue 29)."""
 
 
 class InvalidActionError(PolicyError, ValueError):
@@ -46,8 +50,11 @@ def _workload(scenario: Scenario, seed: int, cost_model: Any, max_requests: int 
         if max_requests is not None:
             items = sorted(items, key=lambda x: float(x.arrival_time))[:max_requests]
         _WORKLOAD_CACHE[key] = items
-        if len(_WORKLOAD_CACHE) > _WORKLOAD_CACHE_SIZE:
-            _WORKLOAD_CACHE.popitem(last=False)
+        held = sum(map(len, _WORKLOAD_CACHE.values()))
+        while len(_WORKLOAD_CACHE) > 1 and (
+            len(_WORKLOAD_CACHE) > _WORKLOAD_CACHE_SIZE or held > _WORKLOAD_CACHE_ITEMS
+        ):
+            held -= len(_WORKLOAD_CACHE.popitem(last=False)[1])
     else:
         _WORKLOAD_CACHE.move_to_end(key)
     return items

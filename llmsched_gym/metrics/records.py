@@ -22,6 +22,7 @@ from llmsched_gym.metrics.columns import (
 from llmsched_gym.metrics.table import (
     FLOAT_REQUEST_COLUMNS,
     INT_REQUEST_COLUMNS,
+    INT_STEP_COLUMNS,
     derived_request_columns,
     slo_outcome,
 )
@@ -51,12 +52,6 @@ _RAW_REQUEST_COLUMNS = tuple(c for c in RequestColumn if c not in DERIVED_REQUES
 _REQUIRED_REQUEST_COLUMNS = tuple(
     c for c in _RAW_REQUEST_COLUMNS if c not in _OPTIONAL_REQUEST_DEFAULTS
 )
-
-_INT_STEP_COLUMNS = frozenset(StepColumn) - {
-    StepColumn.TIME_S,
-    StepColumn.DURATION_S,
-    StepColumn.KV_CACHE_USAGE,
-}
 
 
 def _check_names(given: Sequence[str], known: Sequence[str], what: str, fix: str) -> None:
@@ -211,7 +206,7 @@ def steps_frame(columns: Mapping[str, np.ndarray | Sequence[Any]]) -> pd.DataFra
         raise ValueError(f"{what}: columns must have equal lengths, got {lengths}")
     frame = pd.DataFrame({c.value: np.asarray(columns[c.value]) for c in StepColumn})
     for column in StepColumn:
-        kind = "int" if column in _INT_STEP_COLUMNS else "float"
+        kind = "int" if column in INT_STEP_COLUMNS else "float"
         _to_dtype(frame, column.value, kind, what)
     return frame
 

@@ -265,9 +265,11 @@ def summary_values(
     hit_rate = float(cached.sum()) / prompt_total if prompt_total > 0 else math.nan
 
     kv_mean = kv_max = math.nan
-    if steps_df is not None and len(steps_df):
-        usage = steps_df[StepColumn.KV_CACHE_USAGE.value].to_numpy(np.float64)
-        durations = steps_df[StepColumn.DURATION_S.value].to_numpy(np.float64)
+    usage = durations = None
+    if steps_df is not None:  # a frame or a step table (``metrics.table.step_table``)
+        usage = np.asarray(steps_df[StepColumn.KV_CACHE_USAGE.value], dtype=np.float64)
+        durations = np.asarray(steps_df[StepColumn.DURATION_S.value], dtype=np.float64)
+    if usage is not None and len(usage):
         total_time = float(durations.sum())
         kv_mean = (
             float(np.dot(usage, durations) / total_time) if total_time > 0 else float(usage.mean())

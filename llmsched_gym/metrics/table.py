@@ -17,14 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from llmsched_gym.metrics._atomic import atomic_output
-from llmsched_gym.metrics.columns import DERIVED_REQUEST_COLUMNS, RequestColumn
+from llmsched_gym.metrics.columns import DERIVED_REQUEST_COLUMNS, RequestColumn, StepColumn
 
 __all__ = [
     "FLOAT_REQUEST_COLUMNS",
     "INT_REQUEST_COLUMNS",
+    "INT_STEP_COLUMNS",
     "derived_request_columns",
     "request_table",
     "slo_outcome",
+    "step_table",
     "write_table",
 ]
 
@@ -103,6 +105,28 @@ def derived_request_columns(
     met, has_slo = slo_outcome(ttft, tpot, finish, slo_ttft, slo_tpot, deadline)
     return {RC.TTFT_S.value: ttft, RC.TPOT_S.value: tpot, RC.E2E_S.value: e2e,
             RC.SLO_MET.value: met, "_has_slo": has_slo}  # fmt: skip
+
+
+INT_STEP_COLUMNS = frozenset(StepColumn) - {
+    StepColumn.TIME_S,
+    StepColumn.DURATION_S,
+    StepColumn.KV_CACHE_USAGE,
+}
+"""Step columns held as int64 (the others float64)."""
+
+
+def step_table(columns: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
+    """The per-step records as numpy columns in ``StepColumn`` order (ints int64, else float64).
+
+    Trusted input (``Engine.step_columns``); ``records.steps_frame`` validates user columns and
+    builds the DataFrame. ``write_table`` writes the bytes ``write_frame`` writes for that frame.
+    """
+    return {
+        c.value: np.asarray(
+            columns[c.value], dtype=np.int64 if c in INT_STEP_COLUMNS else np.float64
+        )
+        for c in StepColumn
+    }
 
 
 def _floats(values: Sequence) -> np.ndarray:

@@ -192,8 +192,11 @@ class VllmV0Policy(SchedulingPolicy):
         if self.admit_whole_prefills(ctx):
             return
         running = ctx.running
+        n = len(running)
         for req in list(running):
-            if req not in running or ctx.token_budget == 0:
+            # Only preemptions shrink the batch here: until one, every request is still in it
+            # (no O(batch) membership scan per request).
+            if ctx.token_budget == 0 or (len(running) != n and req not in running):
                 continue
             self.decode_or_preempt(ctx, req)
 

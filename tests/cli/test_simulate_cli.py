@@ -129,3 +129,15 @@ def test_deterministic_across_processes_and_hash_seeds(tmp_path):
         )  # fmt: skip
         logs.append(log.read_bytes())
     assert logs[0] == logs[1] and len(logs[0]) > 0
+
+
+def test_command_list_matches_the_full_parser() -> None:
+    """``COMMANDS`` (what a light parser build trusts) lists every command, in --help order."""
+    from llmsched_gym.cli.main import COMMANDS, _command_in, build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert tuple(sub.choices) == COMMANDS
+    assert _command_in(["simulate", "--trace", "x"]) == "simulate"
+    assert _command_in(["--help"]) is None and _command_in(["simulat"]) is None
+    light = next(a for a in build_parser("simulate")._actions if a.dest == "command")
+    assert "leaderboard" not in light.choices and "simulate" in light.choices

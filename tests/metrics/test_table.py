@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 
 from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.metrics.columns import Metric
 from llmsched_gym.metrics.io import write_frame
 from llmsched_gym.metrics.records import frame_from_table, requests_frame
 from llmsched_gym.metrics.summary import summarize, summary_values
@@ -62,3 +63,48 @@ def test_empty_table() -> None:
     table = request_table(request_columns([]))
     assert frame_from_table(table).empty
     assert summary_values(table)["num_requests"] == 0
+
+
+KV_MEAN, KV_MAX = Metric.KV_CACHE_USAGE_MEAN.value, Metric.KV_CACHE_USAGE_MAX.value
+
+
+def _run_steps():
+    specs = [RequestSpec(f"r{i}", 0.05 * i, 9 + 5 * i, 2 + i % 4, 2 + i % 4) for i in range(10)]
+    cfg = {"max_num_batched_tokens": 24, "max_num_seqs": 3, "block_size": 4, "num_gpu_blocks": 20}
+    return simulate(specs, cfg, "vllm-v1", "constant:0.05", record_steps=True)
+
+
+def test_step_table_bytes_and_summary_equal_the_frame_path(tmp_path) -> None:
+    from llmsched_gym.metrics.records import steps_frame
+
+    res = _run_steps()
+    assert res.step_table is not None and res._steps is None  # the frame is built on first use
+    frame = steps_frame(res.step_table)
+    assert res.steps.equals(frame) and list(res.steps.dtypes) == list(frame.dtypes)
+    write_table(res.step_table, tmp_path / "table.csv")
+    write_frame(res.steps, tmp_path / "frame.csv")
+    assert (tmp_path / "table.csv").read_bytes() == (tmp_path / "frame.csv").read_bytes()
+    a = summary_values(res.request_table, res.step_table, itl=res.itl)
+    b = summary_values(res.request_table, res.steps, itl=res.itl)
+    for k in a:
+        assert a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]), k
+    assert 0.0 < a[KV_MEAN] <= a[KV_MAX] <= 1.0  # the steps were used
+
+
+def test_simulate_out_writes_records_without_pandas(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from llmsched_gym.cli.main import main\n"
+        f"rc = main(['simulate', '--trace', 'splitwise-conv', '--num-requests', '50', "
+        f"'--cost-model', 'constant:0.01', '--record-steps', '--no-progress', "
+        f"'--out', {str(tmp_path / 'o')!r}])\n"
+        "assert rc == 0, rc\n"
+        "print(sorted(m for m in ('pandas', 'gymnasium', 'matplotlib', 'tokenizers', "
+        "'llmsched_gym.leaderboard', 'llmsched_gym.cost.torch_profile') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "o" / "steps.csv").read_text().startswith("step,time_s,")

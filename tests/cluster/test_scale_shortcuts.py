@@ -1,0 +1,63 @@
+"""The cluster loop's shortcuts for many instances (issue 29) change nothing.
+
+``Cluster._candidates`` returns every entry instance at once when a request is within the
+tightest limits; the loop keeps each instance's next event time across decisions and refreshes
+only the instance a request was dispatched to.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmsched_gym.cluster import InstanceSpec
+from llmsched_gym.cluster.cluster import Cluster
+from llmsched_gym.core.request import RequestSpec
+
+
+def _instances() -> list[InstanceSpec]:
+    small = {"max_num_batched_tokens": 64, "block_size": 4, "num_gpu_blocks": 30}
+    return [
+        InstanceSpec("a", "constant:0.01", {**small, "max_model_len": 60}),
+        InstanceSpec("b", "constant:0.02", {**small, "num_gpu_blocks": 50, "max_model_len": None}),
+        InstanceSpec("c", "constant:0.01", {**small, "block_size": 8, "max_model_len": 100}),
+    ]
+
+
+def _specs(n: int, seed: int) -> list[RequestSpec]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        p, o = int(rng.integers(1, 150)), int(rng.integers(1, 60))
+        out.append(RequestSpec(f"r{i}", 0.01 * i, p, o, o + int(rng.integers(0, 20))))
+    return out
+
+
+def test_candidates_shortcut_equals_fits_on_every_instance() -> None:
+    cluster = Cluster(_instances(), "round-robin")
+    assert cluster._fit_all == (60, 29 * 4)
+    for spec in _specs(400, 1):
+        out_len = min(spec.output_len, spec.max_tokens)
+        full = [x for x in cluster.entry if x.fits(spec.prompt_len, out_len, spec.max_tokens)]
+        assert cluster._candidates(spec) == full, spec
+
+
+def _run(times_kept: bool) -> list[tuple]:
+    specs = [s for s in _specs(150, 2) if s.prompt_len + s.max_tokens <= 100]
+    cluster = Cluster(_instances(), "least-load:requests")
+    cluster.add(specs)
+    trace = []
+    while (d := cluster.next_decision()) is not None:
+        if not times_kept:
+            cluster._times = None  # recompute every instance's next event time
+        choice = min(d.instances, key=lambda v: (v.num_requests, v.index)).index
+        trace.append((d.request.request_id, d.now, choice))
+        cluster.dispatch(choice)
+    cluster.sync()
+    finished = sorted(
+        (r.request_id, r.finish_time) for x in cluster.instances for r in x.engine.finished
+    )
+    return trace + finished
+
+
+def test_kept_event_times_equal_recomputed_ones() -> None:
+    assert _run(True) == _run(False)
