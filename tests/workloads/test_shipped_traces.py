@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -104,15 +103,13 @@ def test_limit_and_arrivals_for_token_count_traces() -> None:
     assert load_trace("sharegpt", limit=100)[5].arrival_time == 0.0
 
 
-def test_loading_splitwise_conv_is_fast() -> None:
+def test_loading_splitwise_conv_uncached() -> None:
+    """The uncached load (its speed is a benchmark figure: ``llmsched-gym bench``)."""
     from llmsched_gym.workloads import trace as trace_module
 
     trace_module._load_shipped.cache_clear()
-    start = time.perf_counter()
     specs = load_trace("splitwise-conv")
-    elapsed = time.perf_counter() - start
     assert len(specs) == 19_366
-    assert elapsed < 0.5, f"uncached load took {elapsed:.3f} s (target < 0.15 s)"
 
 
 def test_shipped_files_are_small_and_licensed() -> None:
