@@ -416,7 +416,7 @@ def main(argv=None) -> None:
         if a.replot:
             print(slo_findings(_read(out / "fig10_single_node.csv"), a.slo))
             return
-        print(run_slo_variant(out, a.slo, a.configs))
+        print(run_slo_variant(out, a.slo, a.configs, a.methods))
         return
     if a.curves:
         if a.replot:
@@ -542,12 +542,15 @@ def run_methods(out: Path, methods: list[str], configs: list[str] | None = None)
     main_rows = [r for r in rows if r["method"] not in ABLATIONS]
     if main_rows:
         _merge(main_rows, out / "fig10_single_node.csv")
-    abl_rows = [r for r in rows if r["method"] in ABLATIONS]
+    # fig15_ablation.csv carries ProServe beside its ablations, as the full sweep writes it.
+    abl_rows = [r for r in rows if r["method"] in ABLATIONS or r["method"] == "ProServe"]
     if abl_rows:
         _merge(abl_rows, out / "fig15_ablation.csv")
 
 
-def run_slo_variant(out: Path, variant: str, configs: list[str] | None = None) -> str:
+def run_slo_variant(
+    out: Path, variant: str, configs: list[str] | None = None, methods: list[str] | None = None
+) -> str:
     """Fig. 10's six methods on the main and fine grids under ``SLO_VARIANTS[variant]``.
 
     Full-sweep request counts; writes ``fig10_single_node.csv`` and ``findings.md`` (every
@@ -559,12 +562,16 @@ def run_slo_variant(out: Path, variant: str, configs: list[str] | None = None) -
         for cname, (_, _, full, *_rest) in CONFIGS.items()
         if not configs or cname in configs
         for rate in sorted({*full, *FINE_RATES.get(cname, [])})
-        for label in [*BASELINES, "ProServe"]
+        for label in methods or [*BASELINES, "ProServe"]
     ]
     t0 = time.perf_counter()
     rows = _run_points(jobs, METHODS, f"proserve slo={variant}", SLO_VARIANTS[variant])
-    _write(rows, out / "fig10_single_node.csv")
-    md = slo_findings(rows, variant, time.perf_counter() - t0)
+    if methods:  # only these methods' rows are replaced
+        _merge(rows, out / "fig10_single_node.csv")
+        rows = _read(out / "fig10_single_node.csv")
+    else:
+        _write(rows, out / "fig10_single_node.csv")
+    md = slo_findings(rows, variant, None if methods else time.perf_counter() - t0)
     (out / "findings.md").write_text(md)
     return md
 
