@@ -50,7 +50,6 @@ HETEROS, TRACES, RATES = (1, 2), (1, 2, 3), (0.5, 1.0)
 ALPHA_GRID = [round(0.1 * k, 1) for k in range(11)]
 
 
-
 def _paper(exp_id: str) -> tuple[float, float]:
     """(average, maximum) the paper reports for experiment ``exp_id`` of experiments.yaml."""
     p = paper_value(R.HERE / "experiments.yaml", exp_id)
@@ -250,30 +249,130 @@ def _append(path: Path, rows: list[dict]) -> None:
 def run_main(seed: int, mode: str, score: str, alpha: float) -> list[dict]:
     """The four systems over the 12 configurations at one seed (``reproduce.main``'s loop)."""
     rows = []
+    for h, tr, rate, sc, base in _configs(seed, mode, TRACES):
+        for name, (mk_router, mk_policy) in R.systems(alpha, mode, score).items():
+            m = hexgen_metrics(R.run(sc, mk_router(), mk_policy(), mode), base)
+            key = dict(seed=seed, hetero=h, trace=tr, rate_qps=rate, system=name)
+            rows.append(_metric_row(key | {"base_slo_s": base}, m))
+    return rows
+
+
+def _configs(seed: int, mode: str, traces: tuple[int, ...]):
+    """(hetero, trace, rate, scenario, base SLO) of every configuration over ``traces``."""
     for h in HETEROS:
-        for tr in TRACES:
+        for tr in traces:
             for rate in RATES:
                 sc = R.scenario(h, tr, rate, seed)
-                base = R.base_of(sc, mode)
-                for name, (mk_router, mk_policy) in R.systems(alpha, mode, score).items():
-                    m = hexgen_metrics(R.run(sc, mk_router(), mk_policy(), mode), base)
-                    rows.append(
-                        {
-                            "seed": seed,
-                            "hetero": h,
-                            "trace": tr,
-                            "rate_qps": rate,
-                            "system": name,
-                            "base_slo_s": base,
-                            "deadline_95_s": m["deadline_95_s"],
-                            "deadline_99_s": m["deadline_99_s"],
-                            "throughput_qps": m["throughput_qps"],
-                            "mean_latency_s": m["mean_latency_s"],
-                            "finished": m["num_finished"],
-                            "queries": m["num_queries"],
-                        }
-                    )
+                yield h, tr, rate, sc, R.base_of(sc, mode)
+
+
+def _metric_row(key: dict, m: dict) -> dict:
+    """A raw-CSV row: ``key``'s columns, then the run's deadlines, throughput and counts."""
+    return {
+        **key,
+        "deadline_95_s": m["deadline_95_s"],
+        "deadline_99_s": m["deadline_99_s"],
+        "throughput_qps": m["throughput_qps"],
+        "mean_latency_s": m["mean_latency_s"],
+        "finished": m["num_finished"],
+        "queries": m["num_queries"],
+    }
+
+
+CAPS = (1, 2, 4, 8, 16, 32, 64)
+"""Coordinator-queue concurrency caps of the ``cap`` part (``HexGenPQPolicy(max_running=)``)."""
+CAP_TRACES = (3,)
+"""Traces of the ``cap`` part: Trace 3 (the paper's headline trace, Fig. 2-4), both clusters and
+both rates; declared before running, every cap and seed reported."""
+
+
+def run_cap(seed: int, mode: str, score: str, alpha: float) -> list[dict]:
+    """The paper's local queue as a coordinator queue with a concurrency cap (Fig. 1, §4.2).
+
+    Under vLLM batching no local queue forms (every request that fits is admitted), so the
+    queue order cannot matter. Here HexGen's systems (WB+FCFS, WB+PQ) hold at most ``cap``
+    requests in each instance and queue the rest; RR+FCFS, the vLLM baseline, stays uncapped.
+    One row per (configuration, system, cap); RR+FCFS has cap 0 (= none).
+    """
+    if mode == "code-engine":
+        raise SystemExit("--part cap runs on vLLM batching; use --mode code-table or roofline")
+    from llmsched_gym.policies.hexgen import HexGenPQPolicy
+
+    rows = []
+    for h, tr, rate, sc, base in _configs(seed, mode, CAP_TRACES):
+        runs = [("RR+FCFS", 0, "round-robin", "vllm-v1")]
+        for cap in CAPS:
+            for name, fcfs in (("WB+FCFS", True), ("WB+PQ", False)):
+                pol = HexGenPQPolicy(fcfs=fcfs, max_running=cap)
+                runs.append((name, cap, R.wb_router(score, alpha), pol))
+        for name, cap, router, pol in runs:
+            m = hexgen_metrics(R.run(sc, router, pol, mode), base)
+            key = dict(seed=seed, hetero=h, trace=tr, rate_qps=rate, system=name)
+            rows.append(_metric_row(key | {"cap": cap}, m))
     return rows
+
+
+CAP_COMPARISONS = [
+    # (name, metric, numerator, denominator, rates); > 1 = WB+PQ better
+    ("queue deadline95 WB+FCFS/WB+PQ", "deadline_95_s", "WB+FCFS", "WB+PQ", RATES),
+    ("deadline95 RR+FCFS/WB+PQ", "deadline_95_s", "RR+FCFS", "WB+PQ", RATES),
+    ("throughput@1.0 WB+PQ/RR+FCFS", "throughput_qps", "WB+PQ", "RR+FCFS", (1.0,)),
+]
+
+
+def cap_table(cap_runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (comparison, cap): paired statistics over the (seed, configuration) pairs.
+
+    WB+FCFS and WB+PQ at the same cap; RR+FCFS (uncapped) is the same run at every cap.
+    """
+    out = []
+    rr = cap_runs[cap_runs["system"] == "RR+FCFS"]
+    for cap in CAPS:
+        at = pd.concat([cap_runs[cap_runs["cap"] == cap], rr])
+        if not (at["cap"] == cap).any():
+            continue
+        for name, metric, num, den, rates in CAP_COMPARISONS:
+            piv = at[at["rate_qps"].isin(rates)].pivot_table(
+                index=["seed", *CONFIG], columns="system", values=metric
+            )
+            if num not in piv or den not in piv:
+                continue
+            r = (piv[num] / piv[den]).dropna()
+            st = log_ratio_stats(r)
+            row = _row("pooled (seed x config)", name, st, (math.nan, math.nan))
+            row["cap"] = cap
+            row["seeds"] = int(r.reset_index()["seed"].nunique())
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def plot_cap(out: Path, table: pd.DataFrame) -> None:
+    """``cap.png``: each comparison's gmean and 95% interval against the cap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(table["comparison"]))
+    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        g = table[table["comparison"] == name].sort_values("cap")
+        ax.errorbar(
+            g["cap"],
+            g["gmean"],
+            yerr=[g["gmean"] - g["ci95_lo"], g["ci95_hi"] - g["gmean"]],
+            marker="o",
+            ms=3,
+            capsize=2,
+        )
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("coordinator concurrency cap")
+        ax.set_title(name, fontsize=8)
+    axes[0][0].set_ylabel("ratio (> 1: WB+PQ better)")
+    fig.tight_layout()
+    fig.savefig(out / "cap.png", dpi=90)
+    plt.close(fig)
 
 
 def run_alpha(seed: int, mode: str) -> list[dict]:
@@ -408,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the requested part over the seeds, then rewrite the statistics."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-19", help="e.g. 0-19 or 0,2,5 (default 0-19)")
-    ap.add_argument("--part", choices=("main", "alpha", "tune"), default="main")
+    ap.add_argument("--part", choices=("main", "alpha", "tune", "cap"), default="main")
     ap.add_argument("--mode", choices=tuple(R.PRICING), default="code-table")
     ap.add_argument("--alpha", type=float, default=0.2)
     ap.add_argument("--out", type=Path, default=None)
@@ -439,7 +538,12 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or base / "full" / args.mode / folder
     out.mkdir(parents=True, exist_ok=True)
     R.ensure_registered()
-    raw = {"main": "runs.csv", "alpha": "alpha_runs.csv", "tune": "tuning_runs.csv"}
+    raw = {
+        "main": "runs.csv",
+        "alpha": "alpha_runs.csv",
+        "tune": "tuning_runs.csv",
+        "cap": "cap_runs.csv",
+    }
     t0 = time.perf_counter()
     if not args.rescore:
         path = out / raw[args.part]
@@ -451,12 +555,20 @@ def main(argv: list[str] | None = None) -> int:
                 rows = run_main(seed, args.mode, score, args.alpha)
             elif args.part == "alpha":
                 rows = run_alpha(seed, args.mode)
+            elif args.part == "cap":
+                rows = run_cap(seed, args.mode, score, args.alpha)
             else:
                 rows = run_tune(seed, args.mode, score)
             _append(path, rows)
             print(f"{args.part} seed {seed} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     if args.no_stats:
         return 0
+    cap_runs = _load(out / "cap_runs.csv")
+    if len(cap_runs):
+        cap = cap_table(cap_runs)
+        cap.to_csv(out / "cap.csv", index=False, float_format="%.4f")
+        plot_cap(out, cap)
+        print(cap[["comparison", "cap", "seeds", "n", "gmean", "ci95_lo", "ci95_hi"]].to_string())
     runs = _load(out / "runs.csv")
     if not len(runs):
         return 0

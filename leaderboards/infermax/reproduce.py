@@ -9,6 +9,7 @@ Experiments (``papers/infermax.txt``; settings in ``papers/NOTES.md`` §4):
 * ``mix``: §4.6 — Rank_org / Rank_I / Rank_O on the two-group mixes;
 * ``online``: §6 — evict-short vs vLLM / Sarathi (+ EF) on the Splitwise conversation trace,
   Llama-3-70B TP4 A100 cost model, C = 16384, M = 100K;
+* ``evict``: §6's evict-short on the §4 analysis workloads (grid, M sweep, mixes);
 * ``csp``: §5.1 — CP-SAT optimum for O = B = 4, M = max(2I, I + O - 1) (needs ``ortools``).
 
 Writes CSV tables, PNG plots and ``findings.csv`` / ``findings.md`` into ``--out`` (default
@@ -55,6 +56,7 @@ def paper(exp_id: str):
     """The paper's value of finding ``exp_id`` (``experiments.yaml``): a number, else its text."""
     p = paper_value(EXPERIMENTS_YAML, exp_id)
     return p["value"] if "value" in p else p["text"]
+
 
 C_7B, C_70B, M_DEFAULT = 4096, 16384, 100_000
 COST_7B, COST_70B = "infermax:llama-2-7b", "infermax:llama-3-70b"
@@ -363,18 +365,22 @@ def write_sens_table() -> None:
 
 def exp_mix(quick: bool, workers: int) -> None:
     """§4.6: ranked schedulers on two-group mixes."""
+    rows = run_all(mix_jobs(quick, ("rank-org", "rank-i", "rank-o")), workers)
+    write_csv("mix", rows)
+
+
+def mix_jobs(quick: bool, scheds: tuple[str, ...]) -> list[dict]:
+    """§4.6's mix points (mix x B) for each scheduler of ``scheds``."""
     from llmsched_gym.workloads.grids import INFERMAX_MIXES
 
     mixes = ["LILO+SISO", "SILO+LISO"] if quick else list(INFERMAX_MIXES)
     Bs = [256] if quick else [64, 256, 1024]
-    jobs = [
+    return [
         dict(workload="mix", mix=mx, B=b, scheduler=s, C=C_7B, M=M_DEFAULT, cost=COST_7B)
         for mx in mixes
         for b in Bs
-        for s in ("rank-org", "rank-i", "rank-o")
+        for s in scheds
     ]
-    rows = run_all(jobs, workers)
-    write_csv("mix", rows)
 
 
 def exp_online(quick: bool, workers: int) -> None:
@@ -393,6 +399,41 @@ def exp_online(quick: bool, workers: int) -> None:
     rows = run_all([*jobs, unlimited], workers)
     rows[-1]["scheduler"] = "vllm (M = 10M, bound)"
     write_csv("online", rows)
+
+
+def exp_evict(quick: bool, workers: int) -> None:
+    """§6's evict-short on §4's analysis workloads (the grid, the M sweep and the mixes).
+
+    §6 states evict-short gives "up to 1.4x lower latency" on the analysis workloads "without
+    regression"; it is only run there on the online trace (``online``). Declared before running:
+    every point of the three analyses is reported (``evict_grid.csv``, ``evict_msweep.csv``,
+    ``evict_mix.csv``), the ratios against vLLM and against the best deployable (non-oracle)
+    policy at each point as whole ranges, never a chosen point. The grid and M-sweep baselines
+    are the rows of ``grid.csv`` / ``msweep.csv`` (same points, same settings); the mixes have no
+    vLLM/Sarathi rows in ``mix.csv``, so they run here beside evict-short.
+    """
+    sizes = [1, 32, 1024] if quick else [1, 8, 32, 128, 512, 1024]  # exp_grid's points
+    grid = [
+        dict(workload="grid", B=b, I=i, O=o, scheduler="evict-short", C=C_7B, M=M_DEFAULT,
+             cost=COST_7B)
+        for b in (32, 1024)
+        for o in sizes
+        for i in sizes
+    ]  # fmt: skip
+    Ms = [100, 1_000, 10_000, 100_000] if quick else [100, 1_000, 10_000, 100_000, 1_000_000]
+    msizes = [1, 16, 64] if quick else POW2  # exp_msweep's points
+    msweep = [
+        dict(workload="grid", B=1024, I=i, O=32, scheduler="evict-short", C=C_7B, M=M,
+             cost=COST_7B)
+        for M in Ms
+        for i in msizes
+        if i + 32 - 1 <= M
+    ]  # fmt: skip
+    mix = mix_jobs(quick, ("evict-short", "vllm", "sarathi"))
+    rows = run_all([*grid, *msweep, *mix], workers)
+    write_csv("evict_grid", rows[: len(grid)])
+    write_csv("evict_msweep", rows[len(grid) : len(grid) + len(msweep)])
+    write_csv("evict_mix", rows[len(grid) + len(msweep) :])
 
 
 def exp_csp(quick: bool, time_limit: float) -> None:
@@ -720,7 +761,7 @@ def write_findings() -> None:
     print("\n".join(lines))
 
 
-EXPERIMENTS = ("grid", "ef", "msweep", "msweep_sens", "mix", "online", "csp")
+EXPERIMENTS = ("grid", "ef", "msweep", "msweep_sens", "mix", "online", "evict", "csp")
 
 
 def main(argv: list[str] | None = None) -> int:

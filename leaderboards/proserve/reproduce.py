@@ -272,7 +272,7 @@ def run_single(env: str, over: dict, label: str, spec: tuple, rate: float, n: in
     if tbt:
         sc = load_scenario(ENVS / f"{env}.yaml", tbt_overrides(sc, model, specs, ov))
     col = TDGCollector()
-    kw = {**kw, "wp": wp, "wd": wd} if policy.startswith("proserve") else dict(kw)
+    kw = dict(kw)  # ProServe's wp:wd: the policy's own default (online dataset ratio, §5.1)
     pol = TokenTimelineRecorder(make_policy(policy, **kw), col)
     t0 = time.perf_counter()
     res = simulate(specs, sc.engine_config(model), pol, model)
@@ -386,6 +386,12 @@ def main(argv=None) -> None:
         "--replot", action="store_true", help="rebuild findings.md and plots from the CSVs in --out"
     )
     ap.add_argument(
+        "--curves",
+        action="store_true",
+        help="the γ sweep and the SLO-multiplier curve (run_curves) -> curves.csv, curves.md "
+        "(with --replot: curves.md from curves.csv)",
+    )
+    ap.add_argument(
         "--slo",
         choices=sorted(SLO_VARIANTS),
         help="Fig. 10's methods on the main and fine grids under these SLOs instead of the "
@@ -396,6 +402,8 @@ def main(argv=None) -> None:
     sub = "quick" if a.quick else ("medium" if a.medium else "")
     if a.slo:
         sub = f"slo-{a.slo}"
+    if a.curves:
+        sub = "curves"
     if a.update and (a.quick or a.medium):
         ap.error("--update writes the full results into results/; drop --quick / --medium")
     if a.update and a.out:
@@ -408,7 +416,17 @@ def main(argv=None) -> None:
         if a.replot:
             print(slo_findings(_read(out / "fig10_single_node.csv"), a.slo))
             return
-        print(run_slo_variant(out, a.slo, a.configs))
+        print(run_slo_variant(out, a.slo, a.configs, a.methods))
+        return
+    if a.curves:
+        if a.replot:
+            rows = _read(out / "curves.csv")
+            md = curves_findings(rows)
+            (out / "curves.md").write_text(md)
+            curves_plot(rows, out)
+        else:
+            md = run_curves(out, a.configs)
+        print(md)
         return
     if a.replot:
         replot(out)
@@ -524,12 +542,15 @@ def run_methods(out: Path, methods: list[str], configs: list[str] | None = None)
     main_rows = [r for r in rows if r["method"] not in ABLATIONS]
     if main_rows:
         _merge(main_rows, out / "fig10_single_node.csv")
-    abl_rows = [r for r in rows if r["method"] in ABLATIONS]
+    # fig15_ablation.csv carries ProServe beside its ablations, as the full sweep writes it.
+    abl_rows = [r for r in rows if r["method"] in ABLATIONS or r["method"] == "ProServe"]
     if abl_rows:
         _merge(abl_rows, out / "fig15_ablation.csv")
 
 
-def run_slo_variant(out: Path, variant: str, configs: list[str] | None = None) -> str:
+def run_slo_variant(
+    out: Path, variant: str, configs: list[str] | None = None, methods: list[str] | None = None
+) -> str:
     """Fig. 10's six methods on the main and fine grids under ``SLO_VARIANTS[variant]``.
 
     Full-sweep request counts; writes ``fig10_single_node.csv`` and ``findings.md`` (every
@@ -541,14 +562,189 @@ def run_slo_variant(out: Path, variant: str, configs: list[str] | None = None) -
         for cname, (_, _, full, *_rest) in CONFIGS.items()
         if not configs or cname in configs
         for rate in sorted({*full, *FINE_RATES.get(cname, [])})
-        for label in [*BASELINES, "ProServe"]
+        for label in methods or [*BASELINES, "ProServe"]
     ]
     t0 = time.perf_counter()
     rows = _run_points(jobs, METHODS, f"proserve slo={variant}", SLO_VARIANTS[variant])
-    _write(rows, out / "fig10_single_node.csv")
-    md = slo_findings(rows, variant, time.perf_counter() - t0)
+    if methods:  # only these methods' rows are replaced
+        _merge(rows, out / "fig10_single_node.csv")
+        rows = _read(out / "fig10_single_node.csv")
+    else:
+        _write(rows, out / "fig10_single_node.csv")
+    md = slo_findings(rows, variant, None if methods else time.perf_counter() - t0)
     (out / "findings.md").write_text(md)
     return md
+
+
+GAMMAS = [0.5, 1.0, 1.5, 2.0]
+"""γ sweep (Alg. 1's urgency threshold ``remaining < γ·φ``; xLLM's default 1.0, NOTES §2.3)."""
+SLO_MULTS = [2.0, 3.0, 5.0, 10.0]
+"""SLO-multiplier curve: TTFT and TPOT SLOs at these multiples of the unloaded latency (the
+scenarios' ``workload.slo_scale``; 5 is the main sweep's)."""
+
+
+def curve_rates(cname: str) -> list[float]:
+    """The curves' rate grid: the medium grid plus the full grid's lowest rate.
+
+    The lowest full-grid rate is where every method meets its 5x SLOs.
+    """
+    _, _, full, med, *_ = CONFIGS[cname]
+    return sorted({full[0], *med})
+
+
+def run_curves(out: Path, configs: list[str] | None = None) -> str:
+    """γ and SLO-multiplier curves -> ``curves.csv`` and ``curves.md`` under ``out``.
+
+    Declared before running, and every point reported: each config at ``curve_rates`` with the
+    medium sweep's request counts (600 Qwen2-7B / 300 Qwen3-32B); the five baselines and
+    ProServe (γ = 1) at every SLO multiplier in ``SLO_MULTS``; ProServe at every γ in ``GAMMAS``
+    at 5x. ``curves.md`` gives ProServe's TDG and SLO gain over the best baseline at every
+    (config, rate) of each curve, and per curve point the range over rates.
+    """
+    from tqdm import tqdm
+
+    cnames = [c for c in CONFIGS if not configs or c in configs]
+    jobs = []
+    for cname in cnames:
+        for rate in curve_rates(cname):
+            for mult in SLO_MULTS:
+                for label in [*BASELINES, "ProServe"]:
+                    jobs.append((cname, rate, mult, 1.0, label))
+            for gamma in GAMMAS:
+                if gamma != 1.0:
+                    jobs.append((cname, rate, 5.0, gamma, "ProServe"))
+    rows = []
+    for cname, rate, mult, gamma, label in tqdm(jobs, desc="proserve curves", file=sys.stderr):
+        env, over = CONFIGS[cname][:2]
+        n = 300 if "32B" in cname else 600
+        pol, kw, eng, tbt = METHODS[label]
+        spec = (pol, {**kw, "gamma": gamma} if label == "ProServe" else kw, eng, tbt)
+        row = run_single(env, {**over, "workload.slo_scale": mult}, label, spec, rate, n)
+        row.update(config=cname, slo_mult=mult, gamma=gamma)
+        rows.append(row)
+    _write(rows, out / "curves.csv")
+    md = curves_findings(rows)
+    (out / "curves.md").write_text(md)
+    curves_plot(rows, out)
+    return md
+
+
+def curve_gains(rows: list[dict]) -> list[dict]:
+    """ProServe's gain over the best baseline per (config, rate, SLO multiplier, γ)."""
+    base: dict = collections.defaultdict(dict)
+    for r in rows:
+        if r["method"] in BASELINES:
+            base[(r["config"], float(r["rate"]), float(r["slo_mult"]))][r["method"]] = r
+    out = []
+    for r in rows:
+        if r["method"] != "ProServe":
+            continue
+        b = base.get((r["config"], float(r["rate"]), float(r["slo_mult"])), {})
+        if len(b) != len(BASELINES):
+            continue
+        best_t = max(x["tdg_ratio"] for x in b.values())
+        best_s = max(x["slo_attainment"] for x in b.values())
+        out.append(
+            dict(
+                config=r["config"],
+                rate=float(r["rate"]),
+                slo_mult=float(r["slo_mult"]),
+                gamma=float(r["gamma"]),
+                tdg=r["tdg_ratio"],
+                best_tdg=best_t,
+                tdg_gain=_gain(r["tdg_ratio"], best_t),
+                slo=r["slo_attainment"],
+                best_slo=best_s,
+                slo_gain=_gain(r["slo_attainment"], best_s),
+            )
+        )
+    return out
+
+
+def curves_findings(rows: list[dict]) -> str:
+    """``curves.md``: every point of the γ and SLO-multiplier curves, then per-curve ranges."""
+    g = curve_gains(rows)
+    lines = [
+        "# ProServe: γ and SLO-multiplier curves",
+        "",
+        "ProServe's TDG ratio and SLO attainment against the best of the five baselines at the "
+        "same (config, rate, SLO multiplier); every point of `curves.csv`.",
+        "",
+        "| curve | config | rate | ProServe TDG | best baseline TDG | TDG gain "
+        "| ProServe SLO | best baseline SLO | SLO gain |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for x in sorted(g, key=lambda x: (x["gamma"] != 1.0, x["slo_mult"], x["gamma"])):
+        if x["gamma"] == 1.0:
+            curve = f"SLO {x['slo_mult']:g}x"
+        elif x["slo_mult"] == 5.0:
+            curve = f"γ = {x['gamma']:g}"
+        else:
+            continue
+        lines.append(
+            f"| {curve} | {x['config']} | {x['rate']:g} | {x['tdg']:.3f} | {x['best_tdg']:.3f} "
+            f"| {x['tdg_gain']:+.1%} | {x['slo']:.3f} | {x['best_slo']:.3f} "
+            f"| {x['slo_gain']:+.1%} |"
+        )
+    lines += [
+        "",
+        "| curve point | TDG gain over the best baseline, min to max over (config, rate) "
+        "| points with TDG gain < 0 | SLO gain, min to max |",
+        "|---|---|---|---|",
+    ]
+    keys = [("SLO", m, 1.0) for m in SLO_MULTS] + [("γ", 5.0, y) for y in GAMMAS]
+    for kind, m, y in keys:
+        sub = [x for x in g if x["slo_mult"] == m and x["gamma"] == y]
+        if not sub:
+            continue
+        name = f"SLO {m:g}x (γ = 1)" if kind == "SLO" else f"γ = {y:g} (SLO 5x)"
+        tg = [x["tdg_gain"] for x in sub]
+        sg = [x["slo_gain"] for x in sub]
+        neg = [x for x in sub if x["tdg_gain"] < 0]
+        where = ", ".join(f"{x['config']} {x['rate']:g} ({x['tdg_gain']:+.1%})" for x in neg)
+        lines.append(
+            f"| {name} | {min(tg):+.1%} to {max(tg):+.1%} | {len(neg)}/{len(sub)}"
+            f"{': ' + where if where else ''} | {min(sg):+.1%} to {max(sg):+.1%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def curves_plot(rows: list[dict], out: Path) -> None:
+    """``curves.png``: ProServe's TDG gain over the best baseline vs rate, per config.
+
+    Solid: the SLO multipliers at γ = 1; dashed: the γ values at 5x SLOs.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g = curve_gains(rows)
+    cnames = list(dict.fromkeys(x["config"] for x in g))
+    fig, axes = plt.subplots(1, len(cnames), figsize=(4 * len(cnames), 3.2), squeeze=False)
+    for ax, cname in zip(axes[0], cnames, strict=True):
+        sub = [x for x in g if x["config"] == cname]
+        for m in SLO_MULTS:
+            pts = sorted(
+                (x["rate"], x["tdg_gain"]) for x in sub if x["slo_mult"] == m and x["gamma"] == 1.0
+            )
+            ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=f"SLO {m:g}x")
+        for y in GAMMAS:
+            if y == 1.0:
+                continue
+            pts = sorted(
+                (x["rate"], x["tdg_gain"]) for x in sub if x["slo_mult"] == 5.0 and x["gamma"] == y
+            )
+            ax.plot(*zip(*pts, strict=True), ls="--", lw=1, label=f"γ {y:g} (5x)")
+        ax.axhline(0.0, color="grey", lw=0.5)
+        ax.set_yscale("symlog", linthresh=0.1)
+        ax.set_title(cname, fontsize=9)
+        ax.set_xlabel("rate (req/s)")
+    axes[0][0].set_ylabel("TDG gain over the best baseline")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=90)
+    plt.close(fig)
 
 
 def _gain_cell(r: dict, key: str) -> str:

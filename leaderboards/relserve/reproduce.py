@@ -174,10 +174,52 @@ def authors_jobs(sc, rate: float) -> list[Job]:
     return jobs
 
 
+INTAKE_MS = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0]
+"""Per-request add latency (ms) of the intake curve (``--intake``); 0 = every request of a
+relQuery enters the engine at the relQuery's arrival (all committed main results)."""
+INTAKE_POLICIES = ["vllm", "vllm-sp", "relserve"]
+
+
+def with_intake(jobs: list[Job], per_request_s: float) -> list[Job]:
+    """The relQueries with request ``i`` entering the engine ``i * per_request_s`` after arrival.
+
+    ``rel_bench.py`` (``CSLabor/RelServe@162dd29``) sends a relQuery's requests over HTTP to
+    vLLM 0.6.6's OpenAI API server at one instant, in prompt order (``inner_sort``); the server
+    tokenizes each and adds it to the engine one after another, so the requests reach the
+    scheduler over several engine steps. This models that intake as a fixed per-request add
+    latency; the relQuery's latency is still measured from its arrival (the client's view).
+    """
+    if per_request_s == 0:
+        return jobs
+    out = []
+    for job in jobs:
+        stages = tuple(
+            dataclasses.replace(
+                st,
+                requests=tuple(
+                    dataclasses.replace(r, arrival_time=r.arrival_time + i * per_request_s)
+                    for i, r in enumerate(st.requests)
+                ),
+            )
+            for st in job.stages
+        )
+        out.append(dataclasses.replace(job, stages=stages))
+    return out
+
+
 def run_setting(
-    setting: str, rates: list[float], num_queries: int, ablation: bool, workload: str = "scenario"
+    setting: str,
+    rates: list[float],
+    num_queries: int,
+    ablation: bool,
+    workload: str = "scenario",
+    intake_s: float = 0.0,
+    policies: list[str] | None = None,
 ) -> list[dict]:
-    """All policies at every rate of one setting; returns CSV rows."""
+    """All policies (or ``policies``) at every rate of one setting; returns CSV rows.
+
+    ``intake_s``: per-request add latency of the API server (:func:`with_intake`).
+    """
     scenario_name = SETTINGS[setting][0]
     rows = []
     for rate in rates:
@@ -190,6 +232,7 @@ def run_setting(
             jobs = authors_jobs(sc, rate)
         else:
             jobs = sc.build_workload(cost_model=model)
+        jobs = with_intake(jobs, intake_s)
         sarathi_cfg = dataclasses.replace(cfg, max_num_batched_tokens=SARATHI_BUDGET)
 
         def run(policy, config=cfg, jobs=jobs, model=model):
@@ -199,13 +242,15 @@ def run_setting(
         sp = run(VllmSPPolicy())
         pred = fit_latency_predictors(sp)
         results = {"vllm-sp": (sp, time.perf_counter() - t0)}
-        for name in MAIN + ENGINE_GATE + (ABLATION if ablation else []):
+        for name in policies or MAIN + ENGINE_GATE + (ABLATION if ablation else []):
             if name in results:
                 continue
             t0 = time.perf_counter()
             conf = sarathi_cfg if name.startswith("sarathi") else cfg
             results[name] = (run(_policy(name, pred), conf), time.perf_counter() - t0)
         for name, (res, wall) in results.items():
+            if policies and name not in policies:
+                continue
             j, rq = res.jobs, res.requests
             per_rq = rq.groupby("job_id")[["num_cached_tokens", "num_prompt_tokens"]].sum()
             rows.append(
@@ -416,6 +461,88 @@ def _fig11(ratios) -> str:
     return "core/tail reproduced; waiting differs"
 
 
+def output_means(out: Path) -> str:
+    """``output_means.csv``: true output tokens per request, both workloads, vs Table 4.
+
+    Table 4 gives each dataset's average output length (Amazon 18, Rotten 21, Beer 19, PDMX 23
+    tokens). The generator draws each request's output as ``max_tokens`` with probability ``p``
+    else uniform in ``1..max_tokens``, with ``p`` set for a uniform type mix; the requests of a
+    workload are weighted by relQuery size and type, so the realised means differ. No simulation.
+    """
+    from llmsched_gym.workloads.relquery import PAPER_TABLE4
+
+    rows = []
+    for setting, (scenario_name, _) in SETTINGS.items():
+        sc = load_scenario(scenario_name)
+        ds = sc.workload["dataset"]
+        for workload, jobs in (
+            ("scenario", sc.build_workload(sc.seed, cost_model=load_cost_model(sc.cost_model))),
+            ("authors", authors_jobs(sc, 1.0)),
+        ):
+            reqs = [r for j in jobs for st in j.stages for r in st.requests]
+            mean = sum(r.output_len for r in reqs) / len(reqs)
+            rows.append(
+                {
+                    "setting": setting,
+                    "dataset": ds,
+                    "workload": workload,
+                    "requests": len(reqs),
+                    "mean_output": round(mean, 3),
+                    "table4_output": PAPER_TABLE4[ds][1],
+                    "ratio": round(mean / PAPER_TABLE4[ds][1], 3),
+                }
+            )
+    with open(out / "output_means.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return "\n".join(
+        f"{r['setting']:13s} {r['workload']:9s} {r['mean_output']:6.2f} vs Table 4 "
+        f"{r['table4_output']} ({r['ratio']:.2f}x)"
+        for r in rows
+    )
+
+
+def intake_curves(out: Path, plan: dict[str, list[float]], nq: int, workload: str, suffix: str):
+    """``intake<suffix>.csv`` / ``.md``: every (setting, load, intake) point, declared up front.
+
+    vLLM, vLLM-SP and RelServe at each per-request add latency of ``INTAKE_MS``; the table gives
+    vLLM's core:tail split (mean per-relQuery core share, Fig. 5) and the mean-latency ratios
+    vLLM / RelServe and vLLM-SP / RelServe (Fig. 9) at every point.
+    """
+    rows = []
+    for setting, rates in plan.items():
+        for ms in INTAKE_MS:
+            for r in run_setting(setting, rates, nq, False, workload, ms / 1000, INTAKE_POLICIES):
+                rows.append({**r, "intake_ms": ms})
+    with open(out / f"intake{suffix}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*FIELDS, "intake_ms"])
+        w.writeheader()
+        w.writerows(rows)
+    return intake_table(rows)
+
+
+def intake_table(rows: list[dict]) -> str:
+    """The intake curve as Markdown: one line per (setting, load, intake)."""
+    by: dict = {}
+    for r in rows:
+        key = (r["setting"], float(r["rate"]), float(r["intake_ms"]))
+        by.setdefault(key, {})[r["policy"]] = r
+    lines = [
+        "| setting | load (rQ/s) | intake (ms per request) | vLLM core:tail | vLLM / RelServe "
+        "| vLLM-SP / RelServe | RelServe latency (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (setting, rate, ms), d in sorted(by.items()):
+        v, sp, rs = (float(d[p]["latency_s"]) for p in ("vllm", "vllm-sp", "relserve"))
+        core = 100 * float(d["vllm"]["core_share"])
+        lines.append(
+            f"| {setting} | {rate:g} | {ms:g} | {core:.0f}:{100 - core:.0f} | {v / rs:.2f} "
+            f"| {sp / rs:.2f} | {rs:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen settings, write CSVs and the findings table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -424,6 +551,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-queries", type=int, default=100)
     ap.add_argument("--no-ablation", action="store_true")
     ap.add_argument("--report", action="store_true", help="only rebuild findings from the CSVs")
+    ap.add_argument(
+        "--intake", action="store_true",
+        help="the intake curve: vLLM, vLLM-SP, RelServe at each per-request add latency of "
+        "INTAKE_MS on --settings at their top load (or --rates) -> intake[-authors].csv / .md",
+    )  # fmt: skip
+    ap.add_argument(
+        "--output-means", action="store_true",
+        help="only output_means.csv: mean true output per request of both workloads vs Table 4",
+    )  # fmt: skip
     ap.add_argument(
         "--workload", choices=("scenario", "authors"), default="scenario",
         help="the scenario's relQueries, or the authors' draws (authors_jobs); "
@@ -447,6 +583,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--update writes into results/; drop --out")
     out = RESULTS if args.update else (args.out or DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
+    if args.output_means:
+        print(output_means(out))
+        return 0
     if args.quick:
         plan = {"opt-amazon": [0.5, 1.0]}
         nq, suffix = 40, "-quick"
@@ -460,6 +599,13 @@ def main(argv: list[str] | None = None) -> int:
         suffix += "-authors"
     if args.tag:
         suffix += f"-{args.tag}"
+    if args.intake:
+        if not args.rates and not args.quick:
+            plan = {n: [max(SETTINGS[n][1])] for n in plan}  # each setting's top load
+        table = intake_curves(out, plan, nq, args.workload, suffix)
+        (out / f"intake{suffix}.md").write_text(table)
+        print(table)
+        return 0
     for setting, rates in plan.items():
         if args.report:
             break

@@ -136,6 +136,13 @@ class HexGenPQPolicy(VllmV1Policy):
             still batched with the running requests' decodes (vLLM's step otherwise).
         serial_prefill: Hexgen-Flow's engine step (module docstring): one prefill alone per
             step, decode steps only when no prefill is chosen. Excludes ``max_admit``.
+        max_running: Concurrency cap of a coordinator queue in front of the instance (None: no
+            cap). The paper's local queue (§4.2, Fig. 1) holds requests until the instance takes
+            them; under vLLM's continuous batching the engine takes every request that fits, so
+            no queue forms and the order has nothing to act on. With a cap, at most
+            ``max_running`` requests are inside the engine (running) and the rest wait in the
+            queue, released by urgency (Eq. 7) or FCFS when a slot frees. A preempted request
+            leaves its slot and re-enters the queue (vLLM puts it back to waiting).
     """
 
     name = "hexgen-pq"
@@ -150,8 +157,12 @@ class HexGenPQPolicy(VllmV1Policy):
         fcfs: bool = False,
         max_admit: int | None = None,
         serial_prefill: bool = False,
+        max_running: int | None = None,
     ) -> None:
         super().__init__()
+        if max_running is not None and (isinstance(max_running, bool) or int(max_running) < 1):
+            raise ConfigError(f"max_running must be an int >= 1 or None, got {max_running!r}")
+        self.max_running = None if max_running is None else int(max_running)
         if template not in TEMPLATES:
             raise ConfigError(f"template must be one of {TEMPLATES}, got {template!r}")
         if slo_s is not None and not slo_s > 0:
@@ -287,8 +298,13 @@ class HexGenPQPolicy(VllmV1Policy):
         running = ctx.running
         threshold = ctx.config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
         admitted = 0
+        cap = (
+            ctx.max_num_seqs
+            if self.max_running is None
+            else min(ctx.max_num_seqs, self.max_running)
+        )
         for req in order:
-            if ctx.token_budget <= 0 or len(running) >= ctx.max_num_seqs:
+            if ctx.token_budget <= 0 or len(running) >= cap:
                 break
             if self.max_admit is not None and admitted >= self.max_admit:
                 break
@@ -321,7 +337,12 @@ class HexGenPQPolicy(VllmV1Policy):
                         break
                 return
         # 2. The most urgent waiting request (the head under FCFS), prefilled alone.
-        if ctx.waiting and len(running) < ctx.max_num_seqs:
+        cap = (
+            ctx.max_num_seqs
+            if self.max_running is None
+            else min(ctx.max_num_seqs, self.max_running)
+        )
+        if ctx.waiting and len(running) < cap:
             for req in self.admission_order(ctx):
                 if not ctx.surely_blocked(req):
                     hit = ctx.lookup(req)

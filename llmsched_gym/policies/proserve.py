@@ -21,6 +21,12 @@
   (ShareGPT/Qwen2-7B, 1,000 requests, 11 req/s: 0.453 with the rule vs 0.830 without; high/low
   0.438/0.478 vs 0.857/0.784). The default follows Alg. 1 (``starve_prevent=False``), which is
   also what reproduces Fig. 13; ``starve_prevent=True`` (``proserve-starve``) is the code's rule.
+  Token weights (Eq. 2's wp:wd): §5.1 sets them to the dataset's mean input over mean output
+  length. The default ``wp="dataset"`` estimates that ratio online (mean prompt of the requests
+  seen over mean output of those finished, 1:1 before the first finish, wd = 1); a number fixes
+  it. The registered ``proserve*`` policies and leaderboards/proserve use this same default. In
+  the adaptive mode the ratio only orders recomputing (preempted) requests against fresh
+  prefills among URGENT prefills; in ``only-density`` it orders decodes against prefills.
   Memory handling (``memory="vllm"``, the default and every committed result): a waiting request
   is admitted only if its whole prompt fits, none at KV usage >= ``kv_threshold`` (xLLM's
   ``prefill_scheduling_memory_usage_threshold``, NOTES §2.2), and only running requests preempt.
@@ -160,7 +166,7 @@ class SlideBatchingPolicy(SchedulingPolicy):
         latency_aware: bool = True,
         theta: float | None = None,
         window: int = 100,
-        wp: float = 1.0,
+        wp: float | str = "dataset",
         wd: float = 1.0,
         min_chunk: int = 50,
         kv_threshold: float = 0.95,
@@ -182,7 +188,15 @@ class SlideBatchingPolicy(SchedulingPolicy):
         self.starve_prevent = starve_prevent
         self.deadline, self.mode, self.latency_aware = deadline, mode, latency_aware
         self.theta, self.window = theta, window
-        self.wp, self.wd = wp, wd
+        if isinstance(wp, str) and wp != "dataset":
+            raise ValueError(f"wp must be a number or 'dataset', got {wp!r}")
+        if (not isinstance(wp, str) and wp <= 0) or wd <= 0:
+            raise ValueError(f"wp and wd must be > 0, got wp={wp!r}, wd={wd!r}")
+        self.wp_mode = wp
+        self.wp, self.wd = (1.0 if wp == "dataset" else float(wp)), float(wd)
+        self._seen: set[str] = set()
+        self._in_sum = self._out_sum = 0.0
+        self._n_out = 0
         self.min_chunk, self.kv_threshold = min_chunk, kv_threshold
         self.memory = memory
         self.default_ttft, self.default_tpot = default_ttft_s, default_tpot_s
@@ -204,6 +218,32 @@ class SlideBatchingPolicy(SchedulingPolicy):
                 window=self.window,
             )
         self._last = None
+        if self.wp_mode == "dataset":
+            self.wp = 1.0
+        self._seen = set()
+        self._in_sum = self._out_sum = 0.0
+        self._n_out = 0
+
+    def on_finish(self, req: Request, now: float) -> None:
+        """Fold a finished request's output length into the online wp estimate."""
+        self._out_sum += req.num_output_tokens
+        self._n_out += 1
+
+    def _update_wp(self, queue: list[Request]) -> None:
+        """``wp = mean input / mean output`` (§5.1) over the requests seen so far (wd = 1).
+
+        §5.1 sets wp:wd to the dataset's average input over average output length. A deployed
+        scheduler knows the prompts it has received and the outputs it has finished, so the
+        default estimates the ratio online: the mean prompt length of every request that has
+        entered the queue over the mean output length of the finished ones; 1:1 until the
+        first request finishes.
+        """
+        for r in queue:
+            if r.request_id not in self._seen:
+                self._seen.add(r.request_id)
+                self._in_sum += r.spec.prompt_len
+        if self._n_out and self._out_sum > 0 and self._seen:
+            self.wp = (self._in_sum / len(self._seen)) / (self._out_sum / self._n_out)
 
     # -- request metrics ---------------------------------------------------------------------
     def remaining(self, r: Request, now: float) -> float:
@@ -295,6 +335,8 @@ class SlideBatchingPolicy(SchedulingPolicy):
         queue = list(ctx.running) + list(ctx.waiting)
         if not queue:
             return
+        if self.wp_mode == "dataset":
+            self._update_wp(queue)
         order, t_budget, info = self.order(queue, now)
         if not self.latency_aware:
             t_budget = _INF

@@ -203,3 +203,21 @@ def test_infermax_quick_refuses_update_and_writes_only_under_out(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "findings.md").exists()
     assert _git_status() == before
+
+
+def test_infermax_quick_default_folder_is_its_own(tmp_path, monkeypatch):
+    """Without --out, --quick writes under out/.../infermax/quick/, never the committed CSVs."""
+    import importlib.util
+
+    path = ROOT / "leaderboards" / "infermax" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("infermax_reproduce_quick", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "DEFAULT_OUT", tmp_path / "infermax")
+    before = {p.name: p.read_bytes() for p in mod.COMMITTED.glob("*.csv")}
+    assert mod.main(["--quick", "--only", ""]) == 0
+    assert mod.RESULTS == tmp_path / "infermax" / "quick"
+    assert (mod.RESULTS / "findings.md").exists()
+    assert {p.name: p.read_bytes() for p in mod.COMMITTED.glob("*.csv")} == before
+    assert mod.main(["--only", ""]) == 0  # the full grids' default: its parent, not quick/
+    assert mod.RESULTS == tmp_path / "infermax"

@@ -537,3 +537,42 @@ def test_reproduce_a100_card_variant_swaps_only_the_a100_and_its_reference():
     kv80 = r.instance_models(default, "code-table")[0].kv_model.num_gpu_blocks()
     kv40 = r.instance_models(card, "code-table")[0].kv_model.num_gpu_blocks()
     assert kv40 < 0.5 * kv80
+
+
+class _CapProbe(HexGenPQPolicy):
+    """Records the engine's running count after each schedule."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.peak = 0
+
+    def schedule(self, ctx):
+        super().schedule(ctx)
+        self.peak = max(self.peak, len(ctx.running))
+
+
+@pytest.mark.parametrize("serial", [False, True])
+def test_coordinator_cap_bounds_the_running_requests_and_queues_the_rest(serial):
+    jobs = text2sql_jobs("trace3", num_queries=6, rate_per_s=5.0, seed=0, slo_base_s=50.0)
+    insts = [InstanceSpec("one", "constant:0.01", {"num_gpu_blocks": 20000})]
+    peaks = {}
+    for cap in (2, None):
+        pol = _CapProbe(max_running=cap, serial_prefill=serial, head_of_line=serial)
+        res = run_cluster(jobs, [InstanceSpec(i.name, i.cost_model, i.engine, pol) for i in insts])
+        assert hexgen_metrics(res, 50.0)["num_finished"] == 6
+        peaks[cap] = pol.peak
+    assert peaks[2] == 2 < peaks[None]
+    for bad in (0, True, -3):
+        with pytest.raises(ConfigError, match="max_running"):
+            HexGenPQPolicy(max_running=bad)
+
+
+def test_uncapped_fcfs_coordinator_is_vllm_v1():
+    # The cap curve's WB+FCFS without a cap is the vLLM baseline's local step.
+    jobs = text2sql_jobs("trace3", num_queries=4, rate_per_s=1.0, seed=0, slo_base_s=50.0)
+    insts = [InstanceSpec("one", "constant:0.01", {"num_gpu_blocks": 20000})]
+    lat = []
+    for pol in ("vllm-v1", HexGenPQPolicy(fcfs=True)):
+        res = run_cluster(jobs, [InstanceSpec(i.name, i.cost_model, i.engine, pol) for i in insts])
+        lat.append(hexgen_metrics(res, 50.0)["mean_latency_s"])
+    assert lat[0] == lat[1]

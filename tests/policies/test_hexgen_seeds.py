@@ -84,3 +84,19 @@ def test_pair_ratios_orientation_and_pooled_stats():
     best = S.best_share(runs).set_index("system")
     assert best.loc["WB+PQ", "strictly_lowest"] == 1  # seed 0 only (seed 1: WB+FCFS 210 < 220)
     assert best.loc["WB+FCFS", "strictly_lowest"] == 1
+
+
+def test_cap_table_pairs_each_cap_with_the_uncapped_vllm_baseline():
+    # One seed, one configuration at 1.0 q/s; RR+FCFS (cap 0 = none) is shared by every cap.
+    rows = [dict(seed=0, hetero=1, trace=3, rate_qps=1.0, system="RR+FCFS", cap=0,
+                 deadline_95_s=400.0, throughput_qps=0.10)]  # fmt: skip
+    for cap, fcfs, pq in ((4, 330.0, 300.0), (16, 240.0, 250.0)):
+        for name, d in (("WB+FCFS", fcfs), ("WB+PQ", pq)):
+            rows.append(dict(seed=0, hetero=1, trace=3, rate_qps=1.0, system=name, cap=cap,
+                             deadline_95_s=d, throughput_qps=0.12))  # fmt: skip
+    t = S.cap_table(pd.DataFrame(rows)).set_index(["comparison", "cap"])["gmean"]
+    assert t[("queue deadline95 WB+FCFS/WB+PQ", 4)] == pytest.approx(1.1)
+    assert t[("queue deadline95 WB+FCFS/WB+PQ", 16)] == pytest.approx(0.96)
+    assert t[("deadline95 RR+FCFS/WB+PQ", 16)] == pytest.approx(1.6)
+    assert t[("throughput@1.0 WB+PQ/RR+FCFS", 4)] == pytest.approx(1.2)
+    assert set(t.index.get_level_values("cap")) == {4, 16}

@@ -427,3 +427,59 @@ def test_knee_probe_gain_split_hand_computed():
     assert abs(sp["decode_lost"] - (2 * 1 + 1 * 3) / ideal) < 1e-12
     assert sp["late_frac"] == 0.5 and sp["late_decode_on_time"] == 0.25
     assert abs(sp["tpot_over_slo_p50"] - 1.0) < 1e-12  # median of 0.5 and 1.5
+
+
+def test_wp_default_is_the_online_dataset_ratio():
+    # §5.1: wp:wd = mean input / mean output. The default estimates it from the prompts seen and
+    # the outputs finished; 1:1 before the first finish; a number fixes it.
+    p = _policy()
+    assert p.wp_mode == "dataset" and (p.wp, p.wd) == (1.0, 1.0)
+    a, b = _req("a", prompt=300), _req("b", prompt=100)
+    p._update_wp([a, b])
+    assert p.wp == 1.0  # nothing finished yet
+    a.num_output_tokens = 10
+    p.on_finish(a, 1.0)
+    p._update_wp([b])  # b already counted: mean prompt (300 + 100) / 2 over mean output 10
+    assert p.wp == 20.0
+    # Decode weight wd, prefill weight wp: the density of a fresh prefill scales with wp.
+    assert p.gain_weight(b) == 20.0 and p.gain_weight(a) == 1.0
+    fixed = SlideBatchingPolicy(estimator=LatencyEstimator(COEF), wp=5.0)
+    fixed._update_wp([a, b])  # not called by schedule() for a fixed wp, and harmless
+    assert fixed.wp_mode == 5.0
+    for bad in ({"wp": "mean"}, {"wp": 0.0}, {"wd": -1.0}):
+        try:
+            SlideBatchingPolicy(**bad)
+        except ValueError as e:
+            assert "wp" in str(e)
+        else:
+            raise AssertionError(f"{bad} accepted")
+
+
+def test_registered_proserve_and_the_reproduction_share_the_wp_default():
+    from llmsched_gym.policies.registry import make_policy
+
+    R = load_script("proserve", "reproduce.py", "proserve_reproduce")
+    assert make_policy("proserve").wp_mode == "dataset"
+    # The reproduction passes no wp: every ProServe method and ablation runs the default.
+    for spec in {**R.METHODS, **R.ABLATIONS, **R.MOMENTUM}.values():
+        assert "wp" not in spec[1] and "wd" not in spec[1]
+
+
+def test_curves_findings_report_every_point_and_the_negative_ones():
+    R = load_script("proserve", "reproduce.py", "proserve_reproduce")
+    cname = "ShareGPT/Qwen2-7B"
+    rows = []
+    for mult, pro in ((2.0, 0.76), (5.0, 0.99)):
+        for m, t in zip(R.BASELINES, [0.8, 0.7, 0.6, 0.5, 0.4], strict=True):
+            rows.append(dict(config=cname, rate=6.0, slo_mult=mult, gamma=1.0, method=m,
+                             tdg_ratio=t, slo_attainment=t))  # fmt: skip
+        rows.append(dict(config=cname, rate=6.0, slo_mult=mult, gamma=1.0, method="ProServe",
+                         tdg_ratio=pro, slo_attainment=pro))  # fmt: skip
+    rows.append(dict(config=cname, rate=6.0, slo_mult=5.0, gamma=2.0, method="ProServe",
+                     tdg_ratio=0.88, slo_attainment=0.88))  # fmt: skip
+    md = R.curves_findings(rows)
+    # 0.76 / 0.8 - 1 = -5.0% at 2x; 0.99 / 0.8 - 1 = +23.7% at 5x; γ = 2: 0.88 / 0.8 - 1 = +10%.
+    assert "| SLO 2x | ShareGPT/Qwen2-7B | 6 | 0.760 | 0.800 | -5.0% |" in md
+    assert "| SLO 2x (γ = 1) | -5.0% to -5.0% | 1/1: ShareGPT/Qwen2-7B 6 (-5.0%) |" in md
+    assert "| γ = 2 (SLO 5x) | +10.0% to +10.0% | 0/1 |" in md
+    assert "| SLO 5x (γ = 1) | +23.7% to +23.7% | 0/1 |" in md

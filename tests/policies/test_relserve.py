@@ -547,3 +547,25 @@ def test_prefix_hits_option_is_checked() -> None:
         RelServePolicy(PRED, prefix_hits="v2")
     with pytest.raises(ValueError, match="prefix_hits"):
         Sarathi06Policy(prefix_hits="v2")
+
+
+def test_intake_offsets_requests_in_client_order_and_keeps_the_relquery_arrival() -> None:
+    from _leaderboard import load_script
+
+    from llmsched_gym.workloads.relquery import relquery_jobs
+
+    R = load_script("relserve", "reproduce.py", "relserve_reproduce")
+    jobs = relquery_jobs("amazon", 2, 1.0, seed=0, min_rows=3, max_rows=3)
+    assert R.with_intake(jobs, 0.0) is jobs
+    slow = R.with_intake(jobs, 0.005)
+    for a, b in zip(jobs, slow, strict=True):
+        assert b.arrival_time == a.arrival_time
+        reqs_a, reqs_b = a.stages[0].requests, b.stages[0].requests
+        assert [r.request_id for r in reqs_b] == [r.request_id for r in reqs_a]
+        assert [r.arrival_time for r in reqs_b] == pytest.approx([0.0, 0.005, 0.010])
+    rows = [
+        {"setting": "opt-amazon", "rate": 1.0, "intake_ms": 5.0, "policy": p,
+         "latency_s": lat, "core_share": 0.42}
+        for p, lat in (("vllm", 30.0), ("vllm-sp", 24.0), ("relserve", 20.0))
+    ]  # fmt: skip
+    assert "| opt-amazon | 1 | 5 | 42:58 | 1.50 | 1.20 | 20.00 |" in R.intake_table(rows)
