@@ -8,7 +8,8 @@ calls-per-query distribution, the distribution of workflow shapes (stages with m
 of the revise rounds k and of the evaluate fan-out n, per step name and per slot (step and
 position) the input/output length summaries with a 101-point empirical quantile table, and the
 coupling of input lengths within a query (one-factor Gaussian copula anchored on GC#0, plus a
-within-query factor for the repeated RV/EV calls). See HexGen-Text2SQL §2.1, §5.1 and NOTES §3.2.
+within-query factor for the repeated RV/EV calls). See HexGen-Text2SQL §2.1, §5.1 and
+Hexgen-Flow@396a3ba ``core/request.py:222-233``.
 
 With ``--bird`` and ``--chess`` it also copies the CHESS templates (Apache-2.0, with the licence)
 and writes the BIRD dev subset (financial and formula_1 questions and schemas, CC-BY-SA-4.0) into

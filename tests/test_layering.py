@@ -118,3 +118,20 @@ def test_known_debt_still_exists() -> None:
     gone = sorted(KNOWN_DEBT - found)
     assert not gone, f"fixed, so drop them from KNOWN_DEBT: {gone}"
     assert all(floor(b) > floor(a) for a, b in KNOWN_DEBT)
+
+
+def test_no_citation_of_files_users_do_not_have() -> None:
+    """Docstrings, comments and docs cite papers and the authors' repositories at a commit,
+    never the notes or folders of the machine the project was built on."""
+    root = PACKAGE.parent
+    folders = ("llmsched_gym", "leaderboards", "baselines", "scripts", "calibration", "envs")
+    files = [root / "README.md", root / "ARCHITECTURE.md"]
+    for folder in folders:
+        files += [p for p in (root / folder).rglob("*") if p.suffix in (".py", ".md", ".yaml")]
+    bad = []
+    for path in files:
+        text = path.read_text(errors="replace")
+        for marker in ("NOTES §", "NOTES.md", "/work/shared", "shared/papers"):
+            if marker in text:
+                bad.append(f"{path.relative_to(root)}: {marker}")
+    assert not bad, bad

@@ -137,7 +137,8 @@ constants (A100 0.035 s, A6000 0.058 s, L40S 0.0545 s per step) and its KV capac
 CODE_KV_BLOCKS = {"a100": 3420, "a6000": 9215, "l40s": 9215}
 """Hexgen-Flow's memory planner (``memory_planner.py``): Llama-3.1-70B at 4-bit on ONE GPU's
 memory (A100 40 GB, A6000/L40S 48 GB) leaves about 3.6K / 9.7K blocks of 16 tokens, of which
-new requests may take 95% (NOTES §3.3 "Instances"): 3420 and 9215 blocks here."""
+new requests may take 95% (Hexgen-Flow@396a3ba ``core/memory_planner.py:35-54, 110-117``): 3420
+and 9215 blocks here."""
 
 
 def instance_models(sc: Any, pricing: str = "roofline") -> list[Any]:
@@ -724,7 +725,7 @@ def write_findings(args, summary, alpha_df, tune_df, table1_df, findings, wall, 
             index=True,
         ),
         "",
-        "## Beta sweep (Eq. 4, NOTES §3.5 rec 1; WB+PQ, 0.5 q/s)",
+        "## Beta sweep (Eq. 4; neither the paper nor the code sets beta; WB+PQ, 0.5 q/s)",
         "",
         markdown(extra["beta"]),
         "",

@@ -1,6 +1,7 @@
 """Reproduce InferMax's analyses (Kim et al.) in simulation and compare with the paper's numbers.
 
-Experiments (``papers/infermax.txt``; settings in ``papers/NOTES.md`` §4):
+Experiments (InferMax, Kim et al., §4 and §6; settings from the paper and the authors' run
+scripts, ``ValerioL29/infermax@f18ad5a``):
 
 * ``grid``: §4.2/4.3 — Table 1 schedulers, Llama-2-7B A100 cost model, C = 4096, M = 100K,
   block size 1, offline, B in {32, 1024} over an (I, O) grid;

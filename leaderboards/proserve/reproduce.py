@@ -148,7 +148,7 @@ PAPER_TDG_GAIN = float(paper_value(EXPERIMENTS_YAML, "tdg-gain")["value"])
 PAPER_SLO_GAIN = float(paper_value(EXPERIMENTS_YAML, "slo-gain")["value"])
 """Abstract / §1: "up to 52%" higher SLO attainment."""
 # ``--slo xllm``: the SLOs of the authors' serving stack instead of 5x the unloaded latency
-# (NOTES §2.3 item 8: xllm-service's defaults, TTFT 1,000 ms and TPOT 50 ms for every request).
+# (``weizhehuang0827/xllm-service@0f87e4bb``'s defaults: TTFT 1,000 ms, TPOT 50 ms per request).
 SLO_VARIANTS: dict[str, dict] = {
     "xllm": {"workload.slo_scale": None, "slo.ttft_s": 1.0, "slo.tpot_s": 0.05},
 }
@@ -577,7 +577,7 @@ def run_slo_variant(
 
 
 GAMMAS = [0.5, 1.0, 1.5, 2.0]
-"""γ sweep (Alg. 1's urgency threshold ``remaining < γ·φ``; xLLM's default 1.0, NOTES §2.3)."""
+"""γ sweep (Alg. 1's urgency threshold ``remaining < γ·φ``; xLLM @87e8d6e's default 1.0)."""
 SLO_MULTS = [2.0, 3.0, 5.0, 10.0]
 """SLO-multiplier curve: TTFT and TPOT SLOs at these multiples of the unloaded latency (the
 scenarios' ``workload.slo_scale``; 5 is the main sweep's)."""

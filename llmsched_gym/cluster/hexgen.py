@@ -4,14 +4,17 @@ Two modes:
 
 ``hexgen-wb`` (paper, Eq. 2-4)
     ``t_comp^m(q) = t_prefill^m(L_in) + t_decode^m(L_out_hat)`` on instance ``m``'s cost model,
-    with ``L_out_hat`` the stage's mean output length in the HexGen-Flow trace statistics
-    (NOTES §3.5 rec 2). ``t_queue^m = sum t_comp^m`` over the requests queued on ``m`` (waiting
-    and routed-not-yet-admitted) plus the remaining work of its running requests (rec 1; ``eps``
-    = 1 ms when it is 0). ``score = (1 - alpha) * beta / t_queue - alpha * t_comp``; the highest
-    score wins (ties to the lowest index). ``beta`` defaults to ``beta_scale * (median t_comp
-    of the 15-call standard workflow on the fastest instance) ** 2`` (rec 1).
+    with ``L_out_hat`` the stage's mean output length in the HexGen-Flow trace statistics (the
+    paper predicts lengths with Zheng et al.'s model; the code uses this mean). ``t_queue^m =
+    sum t_comp^m`` over the requests queued on ``m`` (waiting and routed-not-yet-admitted) plus
+    the remaining work of its running requests (``eps`` = 1 ms when it is 0). ``score = (1 -
+    alpha) * beta / t_queue - alpha * t_comp``; the highest score wins (ties to the lowest
+    index). ``beta``, which neither the paper nor the code sets, defaults to ``beta_scale *
+    (median t_comp of the 15-call standard workflow on the fastest instance) ** 2``, putting
+    both terms on one scale.
 
-``hexgen-wb-code`` (Hexgen-Flow ``workload_balance.py``, NOTES §3.3)
+``hexgen-wb-code`` (``Relaxed-System-Lab/Hexgen-Flow@396a3ba``,
+``core/policies/routing/workload_balance.py:60-87``)
     ``score(e) = alpha * t_emp(base, step) / t_emp(e, step) - (1 - alpha) * kappa_e * W_e /
     W_base`` with ``t_emp`` the single-request latency at the stage-typical (input, output)
     pair, ``W_e`` the *cumulative* ``t_emp`` ever assigned to ``e`` (never decremented),
@@ -24,11 +27,12 @@ reads); ``queue_metric="backlog"`` uses ``InstanceView.backlog_s`` instead.
 
 Pricing calibrated to Hexgen-Flow (:class:`HexGenCodeCost`, :func:`hexgen_cost`): the code
 prices a decode step at a measured per-GPU constant (A100 0.035 s, A6000 0.058 s, L40S
-0.0545 s; NOTES §3.3 "Execution time"), whatever the batch. ``calibration="code-ratio"`` prices
-every step of an A6000/L40S instance as the A100 roofline's times the code's ratio (0.058/0.035
-= 1.66, 0.0545/0.035 = 1.56) while keeping its own KV capacity; ``decode="code-constant"``
-prices decode-only steps at the constant itself. ``calibration="code-table"`` scales by the
-ratio of the standard workflow's single-request latency in the code's fallback tables instead
+0.0545 s; Hexgen-Flow@396a3ba ``core/obtain_latency.py``), whatever the batch.
+``calibration="code-ratio"`` prices every step of an A6000/L40S instance as the A100 roofline's
+times the code's ratio (0.058/0.035 = 1.66, 0.0545/0.035 = 1.56) while keeping its own KV
+capacity; ``decode="code-constant"`` prices decode-only steps at the constant itself.
+``calibration="code-table"`` scales by the ratio of the standard workflow's single-request
+latency in the code's fallback tables instead
 (A100/A6000 0.48, A100/L40 0.56; the roofline gives 0.43 and 0.49).
 """
 
@@ -77,7 +81,7 @@ REFERENCE_GPU = "a100"
 """The GPU the code's ratios are relative to (its baseline engine)."""
 
 EPS_QUEUE_S = 1e-3
-"""``t_queue`` floor of Eq. 4 (NOTES §3.5 rec 1)."""
+"""``t_queue`` floor of Eq. 4 (the paper leaves an empty queue's value open)."""
 
 
 def stage_abbr(request_id: str) -> str | None:
@@ -102,7 +106,7 @@ def gpu_key(gpu: str | None, table: Mapping[str, float]) -> str | None:
 
 
 class HexGenCodeCost:
-    """A cost model re-priced as Hexgen-Flow prices steps (NOTES §3.3 "Execution time").
+    """A cost model re-priced as Hexgen-Flow prices steps (``core/obtain_latency.py``).
 
     ``step_time = scale * speed.step_time(...)``, except that with ``decode_s`` a decode-only
     step (no prefill item) costs ``decode_s`` whatever its batch size and context (the code's
@@ -226,7 +230,7 @@ def hexgen_cost(
 
 
 class StagePredictor:
-    """Stage-typical lengths from the shipped HexGen-Flow statistics (NOTES §3.5 rec 2).
+    """Stage-typical lengths from the shipped HexGen-Flow statistics (the code's predictor).
 
     Args:
         trace: HexGen-Flow trace whose per-step means are used.
@@ -334,7 +338,7 @@ class HexGenWBRouter(_HexGenBase):
         alpha: Weight of execution cost vs queueing (0: queue only, 1: speed only).
         beta: Numerator of the queue term in s^2; None derives it (``beta_scale`` times the
             squared median ``t_comp`` of the standard workflow on the fastest instance).
-        beta_scale: Multiplier of the derived beta (NOTES §3.5 rec 1 sweeps 0.1, 1, 10).
+        beta_scale: Multiplier of the derived beta (e.g. 0.1, 1, 10).
         trace: Trace whose per-step mean outputs predict output lengths.
         queue_metric: ``"sum"`` (Eq. 3: sum of queued ``t_comp`` plus running remainders) or
             ``"backlog"`` (``InstanceView.backlog_s``).

@@ -11,8 +11,9 @@ waiting requests in decreasing urgency, recomputed at every step:
   and drops the template entries it skipped (so remaining ``RV`` rounds are dropped once the
   first ``UT`` runs, as in the code, and a missing ``KW`` is dropped when ``IR`` goes on).
   The released stages come from the job's global state, so every instance sees the same
-  bookkeeping. ``template="shared"`` reproduces the code's shared list instead (NOTES §3.3 "Bug";
-  here one list per instance's policy).
+  bookkeeping. ``template="shared"`` reproduces the code's shared list instead
+  (``Relaxed-System-Lab/Hexgen-Flow@396a3ba`` ``core/request.py:219, 243-246``: one module-wide
+  list that ``.remove()`` mutates; here one list per instance's policy).
   ``t_bar`` is ``t_comp`` (Eq. 2) averaged over ``cost_models`` (default: this instance's); the
   current request uses its prompt and predicted output, future stages their stage-typical pair.
 * Eq. 6: ``U = t_comp^m(q) - (budget - tau)`` with ``tau`` = now minus the stage release.
@@ -20,9 +21,9 @@ waiting requests in decreasing urgency, recomputed at every step:
   is skipped and the next one tried; ``head_of_line=True`` stops at it (the code's behaviour).
 
 Engine mode. By default the policy runs on vLLM V1's continuous batching (the paper deploys
-vLLM instances; NOTES §3.5 rec 6). ``serial_prefill=True`` is Hexgen-Flow's engine step instead
-(``engine_optimized.py:186-219``, and ``engine.py`` for its RR+FCFS vLLM baseline; NOTES §3.3
-"Engine step"), decided by the policy while the engine only prices the batch:
+vLLM instances). ``serial_prefill=True`` is Hexgen-Flow's engine step instead (Hexgen-Flow@396a3ba
+``core/engine_optimized.py:186-219``, and ``engine.py`` for its RR+FCFS vLLM baseline), decided
+by the policy while the engine only prices the batch:
 
 1. a running request whose prompt is not fully computed (a prompt longer than the token budget,
    chunked) continues alone;
@@ -366,7 +367,8 @@ def hexgen_base_slo(cost_models: Sequence[Any], trace: str = "trace3") -> float:
     """The code's base SLO: the 15-call template's single-request latencies, mean over GPUs.
 
     ``sum over STANDARD_WORKFLOW of mean over deployed instances of the single-request latency at
-    the stage-typical pair`` (NOTES §3.4) = the mean of ``base_slo_s`` over the instances.
+    the stage-typical pair`` (Hexgen-Flow@396a3ba ``start_simulator.py:92-99``) = the mean of
+    ``base_slo_s`` over the instances.
 
     Args:
         cost_models: One cost model (or spec string) per deployed instance.

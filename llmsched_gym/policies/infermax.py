@@ -36,8 +36,8 @@ count and the sum of ``I + O`` of completed requests; a waiting request (new or 
 admitted only if the free KV tokens are at least ``max(prompt, ceil(mean I + O of its bucket))``
 (its prompt alone while the bucket is empty) — but only its prompt is allocated.
 
-Paper vs. the authors' code (``ValerioL29/infermax@f18ad5a``, ``vidur/``; NOTES.md §4) and the
-choices made here:
+Paper vs. the authors' code (``ValerioL29/infermax@f18ad5a``, ``vidur/``, identical to the
+authors' commit ``ff9b6a3``) and the choices made here:
 
 * §6 says the histogram is used to "reserve the estimated maximum memory usage"; the code only
   gates admission on it and allocates the prompt. We follow the code.

@@ -13,8 +13,9 @@ generated) and ``e_ij`` (evicted at batch j). Constraints:
 * token generation, Eq. (3): ``g_ij = 1`` iff ``c_ij >= 1`` and ``c_ij = S_i,j-1 - m_i,j-1``;
 * batch constraints, Eq. (4): ``Σ_i c_ij <= C`` and ``Σ_i (m_i,j-1 + c_ij) <= M`` (the KV held
   *while* batch j runs, finishing requests included — what the engine allocates);
-* NOTES §4.3 recommendations: ``u_j = [batch j non-empty]`` with ``u_j >= u_j+1``, bias terms
-  paid only by non-empty batches; ``J`` from the warm-start heuristic (plus slack).
+* where the paper is silent (its CSP code is not public): ``u_j = [batch j non-empty]`` with
+  ``u_j >= u_j+1``, bias terms paid only by non-empty batches; ``J`` from the warm-start
+  heuristic (plus slack).
 
 Conditional constraints are posted with CP-SAT enforcement literals rather than Big-M (the
 paper's Eq. (5) linearisation for Gurobi); they are equivalent. The objective is the total

@@ -14,7 +14,7 @@
   (``"paper"``), GETMAXCHUNK with the 50-token floor, KV preemption from the tail, no new
   prefills at KV usage >= 0.95. Anti-starvation: xLLM @87e8d6e's comparator puts URGENT
   prefills that are more than one SLO past their deadline first, by remaining time, regardless
-  of weight (NOTES §2.2); Alg. 1 has no such rule, and the stored xLLM copy of
+  of weight; Alg. 1 has no such rule, and the stored xLLM copy of
   ``priority_comparator.cpp`` (34f5e0c) sorts URGENT purely by density. Under sustained
   overload almost every waiting prefill is "starved", so the rule turns SlideBatching into
   weight-blind most-overdue-first: high priority ends below low and the TDG ratio collapses
@@ -28,8 +28,8 @@
   the adaptive mode the ratio only orders recomputing (preempted) requests against fresh
   prefills among URGENT prefills; in ``only-density`` it orders decodes against prefills.
   Memory handling (``memory="vllm"``, the default and every committed result): a waiting request
-  is admitted only if its whole prompt fits, none at KV usage >= ``kv_threshold`` (xLLM's
-  ``prefill_scheduling_memory_usage_threshold``, NOTES §2.2), and only running requests preempt.
+  is admitted only if its whole prompt fits, none at KV usage >= ``kv_threshold`` (xLLM @87e8d6e's
+  ``prefill_scheduling_memory_usage_threshold``), and only running requests preempt.
   ``memory="xllm-mix"`` is xLLM @87e8d6e's co-located ``MixScheduler`` taken literally: no
   threshold, a new prefill allocates only its chunk, any item whose allocation fails (a new
   prefill included) preempts KV holders from the tail of the order, and the first failure with

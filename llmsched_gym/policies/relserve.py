@@ -14,8 +14,8 @@ prefill-only or a decode-only batch (no hybrid batches), recompute preemption.
   (the paper's vLLM).
 * ``sarathi-0.6``: vLLM 0.6.6 with chunked prefill (the paper's Sarathi).
 
-Where the paper and the authors' code (``CSLabor/vllm_relserve@f643fc5``, see
-``/work/shared/papers/NOTES.md`` §1.3) differ, the code is the default and the paper's form is an
+Where the paper and the authors' code (``CSLabor/vllm_relserve@f643fc5``,
+``vllm/core/scheduler.py``) differ, the code is the default and the paper's form is an
 option of :class:`RelServeOptions`:
 
 ===========================  ==============================  ==================================
