@@ -295,11 +295,12 @@ class Cluster:
                     f"request {x.request_id!r} has a cancel_time: aborts are simulated on a "
                     "single engine (simulate), not yet in a cluster; drop the field"
                 )
-            if not self._candidates(x) and self._refusals(x):
+            if self._candidates(x):
+                specs.append(x)
+            elif self._refusals(x):
                 self.refused.append(x)
-                continue
-            self._check_routable(x)
-            specs.append(x)
+            else:
+                self._check_routable(x)  # raises: no instance can ever hold it
         for job in jobs:
             for stage in job.stages:
                 for x in stage.requests:
