@@ -235,6 +235,43 @@ def make(task: str = "{task}") -> Any:
 """``policy.py`` of an SB3 submission (``str.format`` fields)."""
 
 
+def write_sb3_submission(
+    folder: Path,
+    *,
+    method: str,
+    algorithm: type,
+    citation: str,
+    task: str,
+    script: str,
+    suite: str,
+    training: str,
+) -> None:
+    """``policy.py`` (loading ``model.zip`` beside it) and ``submission.yaml`` of an SB3 agent."""
+    import yaml
+
+    name = algorithm.__name__
+    policy_py = SB3_POLICY_PY.format(
+        method=method,
+        name=name,
+        citation=citation,
+        task=task,
+        script=script,
+        suite=suite,
+        module=algorithm.__module__.split(".")[0],
+    )
+    (folder / "policy.py").write_text(policy_py)
+    meta = {
+        "suite": suite,
+        "task": task,
+        "method": method,
+        "policy": "policy.py:make",
+        "oracle": False,
+        "paper": None,
+        "training": training,
+    }
+    (folder / "submission.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=1000))
+
+
 def train_sb3_on_suite(
     args: Any,
     argv: list[str] | None,
@@ -255,7 +292,6 @@ def train_sb3_on_suite(
     to ``args.submission``; ``results.csv`` is the harness's and the README is written by hand.
     """
     import torch
-    import yaml
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from llmsched_gym.leaderboard.suite import load_suite
@@ -333,29 +369,19 @@ def train_sb3_on_suite(
         },
     }
     (folder / "train.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    policy_py = SB3_POLICY_PY.format(
+    write_sb3_submission(
+        folder,
         method=folder.name,
-        name=name,
+        algorithm=algorithm,
         citation=citation,
         task=task,
         script=script,
         suite=suite.version,
-        module=algorithm.__module__.split(".")[0],
-    )
-    (folder / "policy.py").write_text(policy_py)
-    meta = {
-        "suite": suite.version,
-        "task": task,
-        "method": folder.name,
-        "policy": "policy.py:make",
-        "oracle": False,
-        "paper": None,
-        "training": (
+        training=(
             f"{name} ({citation}; SB3 MultiInputPolicy, {arch} MLPs), "
             f"{result['timesteps']:,} steps on {suite.version} {task} train workloads only: "
             + ", ".join(f"{g} seeds {r}" for g, r in seed_ranges.items())
         ),
-    }
-    (folder / "submission.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=1000))
+    )
     print(json.dumps(result, indent=2))
     return result

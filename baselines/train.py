@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import SB3_POLICY_PY, progress_callback, quiet_logger  # noqa: E402
+from _common import progress_callback, quiet_logger, write_sb3_submission  # noqa: E402
 
 from llmsched_gym.errors import ConfigError  # noqa: E402
 
@@ -177,7 +177,6 @@ def committed_rows(task: Any, method: str, workload_ids: set[str]) -> list[dict[
 def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
     """Train one seed, write the submission folder and the learning curve; the train record."""
     import torch
-    import yaml
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -211,31 +210,20 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     model.save(folder / "model.zip")
     curve = _learning_curve(monitors, folder, f"{cfg['name']} seed {seed} ({cfg['task']})")
     name = cfg["algorithm"]
-    (folder / "policy.py").write_text(
-        SB3_POLICY_PY.format(
-            method=folder.name,
-            name=name,
-            citation=CITATIONS[name],
-            task=cfg["task"],
-            script=f"train.py baselines/configs/{cfg['name']}.yaml",
-            suite=suite.version,
-            module=ALGORITHMS[name],
-        )  # fmt: skip
-    )
-    meta = {
-        "suite": suite.version,
-        "task": cfg["task"],
-        "method": f"{cfg['name']}-seed{seed}",
-        "policy": "policy.py:make",
-        "oracle": False,
-        "paper": None,
-        "training": (
+    write_sb3_submission(
+        folder,
+        method=f"{cfg['name']}-seed{seed}",
+        algorithm=algorithm,
+        citation=CITATIONS[name],
+        task=cfg["task"],
+        script=f"train.py baselines/configs/{cfg['name']}.yaml",
+        suite=suite.version,
+        training=(
             f"{name} ({CITATIONS[name]}; {cfg['policy']}), {int(model.num_timesteps):,} steps on "
             f"{suite.version} {cfg['task']} train workloads only ({workloads.describe()}); "
             f"recipe baselines/configs/{cfg['name']}.yaml, seed {seed}"
         ),
-    }
-    (folder / "submission.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=1000))
+    )
     record = {
         "recipe": cfg["name"],
         "seed": seed,
