@@ -78,9 +78,16 @@ def episode_return(env: Any, seed: int, actors: dict[str, Any]) -> float:
 
 
 def train_round(
-    algorithm: type, policy: Any, group: list[str], fixed: dict, train: list, args: Any, label: str
+    algorithm: type,
+    policy: Any,
+    group: list[str],
+    fixed: dict,
+    train: list,
+    args: Any,
+    label: str,
+    steps: int,
 ) -> tuple[Any, list[float]]:
-    """Train one group on the train workloads (one env; seeds in the suite's order)."""
+    """Train one group for ``steps`` joint steps on the train workloads (seeds in order)."""
     from llmsched_gym.envs.sb3_multi_agent import AgentGroupVecEnv
     from llmsched_gym.leaderboard.training import reset_seed
 
@@ -88,7 +95,6 @@ def train_round(
     seeds = [reset_seed(w, env.route_env.scenario) for w in train]
     fixed_here = {a: f(env) for a, f in fixed.items()}
     venv = AgentGroupVecEnv(env, group, fixed_here, seeds=seeds)
-    steps = args.router_steps if label == "router" else args.knob_steps
     model = algorithm(
         policy, venv, n_steps=args.n_steps, batch_size=128, gamma=0.995, seed=args.seed,
         device="cpu", verbose=0,
@@ -134,11 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     instances = [a for a in env0.possible_agents if a != "router"]
     knobs = {a: (lambda _env: default_knobs) for a in instances}
     router, router_curve = train_round(
-        MaskablePPO, MaskableRowScorePolicy, ["router"], knobs, train, args, "router"
-    )
+        MaskablePPO, MaskableRowScorePolicy, ["router"], knobs, train, args, "router",
+        args.router_steps,
+    )  # fmt: skip
     fixed_router = {"router": lambda _env: model_actor(router)}
     knob_model, knob_curve = train_round(
-        PPO, "MultiInputPolicy", instances, fixed_router, train, args, "knobs"
+        PPO, "MultiInputPolicy", instances, fixed_router, train, args, "knobs", args.knob_steps
     )
     args.out.mkdir(parents=True, exist_ok=True)
     router.save(args.out / "router.zip")
