@@ -105,8 +105,8 @@ class AgentGroupVecEnv(VecEnv):
                 )
         if seeds is not None and not list(seeds):
             raise ConfigError("seeds must hold at least one seed (or be None: 0, 1, 2, ...)")
+        self.env, self.group, self.fixed = env, group, dict(fixed)  # get_attr reads self.env
         super().__init__(len(group), obs_space, act_space)
-        self.env, self.group, self.fixed = env, group, dict(fixed)
         self._seed_cycle: Iterator[int] = _cycle(seeds)
         self._obs: dict[str, Any] = {}
         self._infos: dict[str, dict[str, Any]] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -93,7 +95,9 @@ def test_agent_group_vecenv_shares_one_policy_over_the_instances():
 
     env = ClusterParallelEnv(scenario_overrides=OVERRIDES)
     group = [a for a in env.possible_agents if a != "router"]
-    venv = AgentGroupVecEnv(env, group, {"router": router_actor(env, "round-robin")}, seeds=[1])
+    with warnings.catch_warnings():  # SB3 reads render_mode through get_attr: no warning
+        warnings.simplefilter("error")
+        venv = AgentGroupVecEnv(env, group, {"router": router_actor(env, "round-robin")}, seeds=[1])
     obs = venv.reset()
     assert venv.num_envs == 4 and obs["requests"].shape[0] == 4
     obs, reward, dones, _ = venv.step(np.ones((4, 2), np.float32))
