@@ -16,8 +16,21 @@ and ``RowHeads`` turns them into the actor's per-row scores and the critic's lat
     value   = V(p)                       (invariant)
 
 The scores are the action distribution's parameters as they are (SB3's ``action_net`` is the
-identity): the mean of the Gaussian for Priority's Box action, with one log std shared by every
-row; the logits of the categorical for Select, Preempt and Route (MaskablePPO masks them).
+identity): the logits of the categorical for Select, Preempt and Route (MaskablePPO masks them),
+and the means of a Gaussian for Priority's Box action. That Gaussian counts only the visible
+rows (``mask``) in its log-probability and entropy: a padding row's score changes nothing, so
+its noise would only add variance to the gradient. It explores in one of two ways:
+
+* ``exploration="gaussian"``: independent noise on every row at every decision, with one log
+  std shared by all rows (SB3's ``DiagGaussianDistribution``, masked).
+* ``exploration="sde"``: state-dependent exploration (gSDE; Raffin et al., CoRL 2021,
+  arXiv 2005.05719) on the score head. The noise of row ``k`` is ``z_k . eps``, with ``z_k``
+  the score head's last hidden layer for that row and ``eps ~ N(0, diag(sigma^2))`` drawn
+  once per rollout (or every ``sde_sample_freq`` steps) and shared by every row and decision:
+  a perturbation of the scoring function itself, as a direct policy search perturbs its
+  weights, rather than fresh noise on every ranking. PPO's ``use_sde=True`` turns it on. The
+  log-probability is SB3's gSDE form: each row Gaussian with variance
+  ``sum_j z_kj^2 sigma_j^2``.
 
 >>> from stable_baselines3 import PPO  # doctest: +SKIP
 >>> model = PPO(RowScorePolicy, env)  # doctest: +SKIP
@@ -31,12 +44,19 @@ from typing import Any
 
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.distributions import DiagGaussianDistribution
+from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-__all__ = ["MaskableRowScorePolicy", "RowHeads", "RowScorePolicy", "RowSetExtractor"]
+__all__ = [
+    "MaskableRowScorePolicy",
+    "MaskedRowGaussian",
+    "RowHeads",
+    "RowScorePolicy",
+    "RowSDEGaussian",
+    "RowSetExtractor",
+]
 
 
 def _table_key(space: spaces.Dict) -> str:
@@ -56,9 +76,10 @@ def _mlp(sizes: list[int], last_act: bool = True) -> nn.Sequential:
 
 
 class RowSetExtractor(BaseFeaturesExtractor):
-    """Per-row embeddings (shared weights) and their masked-mean pool, flattened for SB3.
+    """Per-row embeddings (shared weights), their masked-mean pool and the mask, flat for SB3.
 
-    Output: ``[h_1, ..., h_K, p]`` of ``(K + 1) * embed_dim`` features; ``RowHeads`` splits it.
+    Output: ``[h_1, ..., h_K, p, mask]`` of ``(K + 1) * embed_dim + K`` features; ``RowHeads``
+    splits it.
 
     Args:
         observation_space: A Dict with a row table (``requests`` or ``instances``, shape
@@ -74,13 +95,13 @@ class RowSetExtractor(BaseFeaturesExtractor):
             key for key in observation_space.spaces if key not in (self.table_key, "mask")
         )
         c = sum(int(observation_space.spaces[key].shape[0]) for key in self.context_keys)
-        super().__init__(observation_space, features_dim=(k + 1) * embed_dim)
+        super().__init__(observation_space, features_dim=(k + 1) * embed_dim + k)
         self.num_rows, self.embed_dim = k, embed_dim
         self.phi = _mlp([f + c, hidden, embed_dim])
         self.rho = _mlp([embed_dim + c, hidden, embed_dim])
 
     def forward(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``(batch, (K + 1) * embed_dim)`` features."""
+        """``(batch, (K + 1) * embed_dim + K)`` features."""
         rows = observations[self.table_key].float()
         b, k, _ = rows.shape
         if self.context_keys:
@@ -93,7 +114,7 @@ class RowSetExtractor(BaseFeaturesExtractor):
         mask = observations["mask"].float().reshape(b, k, 1)
         pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         p = self.rho(torch.cat([pooled, ctx], dim=1))
-        return torch.cat([h.reshape(b, k * self.embed_dim), p], dim=1)
+        return torch.cat([h.reshape(b, k * self.embed_dim), p, mask.reshape(b, k)], dim=1)
 
 
 class RowHeads(nn.Module):
@@ -104,32 +125,57 @@ class RowHeads(nn.Module):
         embed_dim: The extractor's ``embed_dim``.
         num_actions: K (one score per row), or K + 1 (plus a stop logit from the pool).
         hidden: Hidden width of the heads.
+        with_rows: Return the row mask and the score head's last hidden layer after the scores
+            (``[scores (K), mask (K), z (K * hidden)]``), for the row Gaussians of Priority.
     """
 
-    def __init__(self, num_rows: int, embed_dim: int, num_actions: int, hidden: int = 64) -> None:
+    def __init__(
+        self,
+        num_rows: int,
+        embed_dim: int,
+        num_actions: int,
+        hidden: int = 64,
+        with_rows: bool = False,
+    ) -> None:
         super().__init__()
         if num_actions not in (num_rows, num_rows + 1):
             raise ValueError(f"{num_actions} actions for {num_rows} rows: need K or K + 1")
-        self.num_rows, self.embed_dim = num_rows, embed_dim
-        self.latent_dim_pi = num_actions
+        self.num_rows, self.embed_dim, self.hidden = num_rows, embed_dim, hidden
+        self.with_rows = with_rows
+        self.latent_dim_pi = num_actions + (num_rows * (1 + hidden) if with_rows else 0)
         self.latent_dim_vf = hidden
-        self.score = _mlp([2 * embed_dim, hidden, 1], last_act=False)
+        self.score_hidden = _mlp([2 * embed_dim, hidden])
+        self.score_out = nn.Linear(hidden, 1)
         self.stop = _mlp([embed_dim, hidden, 1], last_act=False) if num_actions > num_rows else None
         self.critic = _mlp([embed_dim, hidden])
 
-    def _split(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _split(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(h (batch, K, d), p (batch, d), mask (batch, K))`` from the extractor's output."""
         b = features.shape[0]
         k, d = self.num_rows, self.embed_dim
-        return features[:, : k * d].reshape(b, k, d), features[:, k * d :]
+        return (
+            features[:, : k * d].reshape(b, k, d),
+            features[:, k * d : (k + 1) * d],
+            features[:, (k + 1) * d :],
+        )
 
-    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
-        """Per-row scores ``(batch, K)`` (``(batch, K + 1)`` with the stop logit last)."""
-        h, p = self._split(features)
+    def row_scores(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores (batch, K) or (batch, K + 1) with the stop logit last, z (batch, K, hidden))``."""
+        h, p, _ = self._split(features)
         b, k, d = h.shape
-        scores = self.score(torch.cat([h, p.unsqueeze(1).expand(b, k, d)], dim=2)).squeeze(2)
+        z = self.score_hidden(torch.cat([h, p.unsqueeze(1).expand(b, k, d)], dim=2))
+        scores = self.score_out(z).squeeze(2)
         if self.stop is not None:
             scores = torch.cat([scores, self.stop(p)], dim=1)
-        return scores
+        return scores, z
+
+    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
+        """The actor's latent: the scores, then (``with_rows``) the mask and ``z``."""
+        scores, z = self.row_scores(features)
+        if not self.with_rows:
+            return scores
+        mask = self._split(features)[2]
+        return torch.cat([scores, mask, z.reshape(z.shape[0], -1)], dim=1)
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         """The critic's latent, from the pool only (so the value is order-invariant)."""
@@ -140,14 +186,117 @@ class RowHeads(nn.Module):
         return self.forward_actor(features), self.forward_critic(features)
 
 
+class MaskedRowGaussian(Distribution):
+    """Independent Gaussian scores per row; only visible rows count in log-prob and entropy.
+
+    Args:
+        num_rows: K, the action's size.
+    """
+
+    def __init__(self, num_rows: int) -> None:
+        super().__init__()
+        self.num_rows = num_rows
+        self.mask: torch.Tensor | None = None
+
+    def proba_distribution_net(self, *args: Any, **kwargs: Any) -> Any:  # built by the policy
+        raise NotImplementedError("the row-scoring policy builds its own heads")
+
+    def proba_distribution(  # type: ignore[override]
+        self, mean: torch.Tensor, std: torch.Tensor, mask: torch.Tensor
+    ) -> MaskedRowGaussian:
+        """Row ``k`` ~ N(mean_k, std_k^2); ``mask`` (0/1, like ``mean``) marks visible rows."""
+        self.distribution = torch.distributions.Normal(mean, std)
+        self.mask = mask
+        return self
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """Sum over the visible rows of each row's log-density."""
+        return (self.distribution.log_prob(actions) * self.mask).sum(dim=1)
+
+    def entropy(self) -> torch.Tensor:
+        return (self.distribution.entropy() * self.mask).sum(dim=1)
+
+    def sample(self) -> torch.Tensor:
+        return self.distribution.rsample()
+
+    def mode(self) -> torch.Tensor:
+        return self.distribution.mean
+
+    def actions_from_params(self, *args: Any, deterministic: bool = False, **kw: Any) -> Any:
+        self.proba_distribution(*args, **kw)
+        return self.get_actions(deterministic=deterministic)
+
+    def log_prob_from_params(self, *args: Any, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        actions = self.actions_from_params(*args, **kw)
+        return actions, self.log_prob(actions)
+
+
+class RowSDEGaussian(MaskedRowGaussian):
+    """gSDE on the score head: row ``k``'s noise is ``z_k . eps``, one ``eps`` for all rows.
+
+    ``eps`` (one per environment) is drawn by ``sample_weights`` and held until the next draw,
+    so a rollout follows one perturbed scoring function (module docstring).
+    """
+
+    def __init__(self, num_rows: int) -> None:
+        super().__init__(num_rows)
+        self.eps = torch.zeros((1, 1))
+        self.z = torch.zeros((1, 1, 1))
+
+    def sample_weights(self, log_std: torch.Tensor, batch_size: int = 1) -> None:
+        """Draw ``eps ~ N(0, diag(exp(log_std)^2))`` for each of ``batch_size`` environments."""
+        std = torch.exp(log_std.detach())
+        self.eps = std * torch.randn((batch_size, std.shape[0]), device=std.device)
+
+    def proba_distribution(  # type: ignore[override]
+        self, mean: torch.Tensor, log_std: torch.Tensor, mask: torch.Tensor, z: torch.Tensor
+    ) -> RowSDEGaussian:
+        """Row ``k`` ~ N(mean_k, sum_j z_kj^2 exp(2 log_std_j)), as SB3's gSDE."""
+        var = (z.detach() ** 2) @ torch.exp(2 * log_std) + 1e-6
+        self.z = z.detach()
+        return super().proba_distribution(mean, torch.sqrt(var), mask)
+
+    def sample(self) -> torch.Tensor:
+        mean, z = self.distribution.mean, self.z
+        eps = self.eps if len(self.eps) == len(z) else self.eps[:1].expand(len(z), -1)
+        return mean + torch.einsum("bkh,bh->bk", z, eps)
+
+
 class _RowScoring:
-    """Mixin: ``RowHeads`` as the mlp_extractor, an identity action net, one shared log std."""
+    """Mixin: ``RowHeads`` as the mlp_extractor, an identity action net, row distributions.
+
+    Args (besides SB3's):
+        exploration: Priority's Box only: ``"gaussian"`` (independent per row and decision) or
+            ``"sde"`` (state-dependent, held for a rollout; PPO's ``use_sde=True`` selects it).
+    """
 
     def __init__(
-        self, observation_space: spaces.Dict, action_space: spaces.Space, *args: Any, **kwargs: Any
+        self,
+        observation_space: spaces.Dict,
+        action_space: spaces.Space,
+        *args: Any,
+        exploration: str | None = None,
+        **kwargs: Any,
     ):
         kwargs.setdefault("features_extractor_class", RowSetExtractor)
+        use_sde = bool(kwargs.get("use_sde", False))
+        if exploration is None:
+            exploration = "sde" if use_sde else "gaussian"
+        if exploration not in ("gaussian", "sde"):
+            raise ValueError(f"exploration must be 'gaussian' or 'sde', got {exploration!r}")
+        if (exploration == "sde") != use_sde:
+            raise ValueError(
+                f"exploration={exploration!r} needs use_sde={exploration == 'sde'} in the algorithm"
+            )
+        if use_sde and not isinstance(action_space, spaces.Box):
+            raise ValueError("exploration='sde' is for a Box action (Priority's scores)")
+        self.exploration = exploration
         super().__init__(observation_space, action_space, *args, **kwargs)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()  # type: ignore[misc]
+        data["exploration"] = self.exploration
+        return data
 
     def _num_actions(self) -> int:
         space = self.action_space
@@ -159,21 +308,50 @@ class _RowScoring:
 
     def _build_mlp_extractor(self) -> None:
         ext = self.features_extractor
-        self.mlp_extractor = RowHeads(ext.num_rows, ext.embed_dim, self._num_actions())
+        box = isinstance(self.action_space, spaces.Box)
+        self.mlp_extractor = RowHeads(
+            ext.num_rows, ext.embed_dim, self._num_actions(), with_rows=box
+        )
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
         # The scores are the distribution's parameters: no mixing across rows after them.
         self.action_net = nn.Identity()
-        if isinstance(self.action_dist, DiagGaussianDistribution):
-            self.log_std = nn.Parameter(torch.full((1,), float(self.log_std_init)))
+        if isinstance(self.action_space, spaces.Box):
+            k = self.mlp_extractor.num_rows
+            if self.exploration == "sde":
+                self.action_dist = RowSDEGaussian(k)
+                size = self.mlp_extractor.hidden
+            else:
+                self.action_dist = MaskedRowGaussian(k)
+                size = 1
+            self.log_std = nn.Parameter(torch.full((size,), float(self.log_std_init)))
+            if isinstance(self.action_dist, RowSDEGaussian):
+                self.reset_noise()  # so a loaded model can act stochastically at once
         if self.ortho_init:  # small initial scores, as SB3 initialises its action net
-            last = self.mlp_extractor.score[-1]
+            last = self.mlp_extractor.score_out
             nn.init.orthogonal_(last.weight, gain=0.01)
             nn.init.zeros_(last.bias)
         self.optimizer = self.optimizer_class(
             self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs
         )
+
+    def reset_noise(self, n_envs: int = 1) -> None:
+        """Draw new exploration noise (gSDE), one per environment."""
+        if not isinstance(self.action_dist, RowSDEGaussian):
+            raise ValueError("reset_noise() is for exploration='sde'")
+        self.action_dist.sample_weights(self.log_std, batch_size=n_envs)
+
+    def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Distribution:
+        if not isinstance(self.action_dist, MaskedRowGaussian):
+            return super()._get_action_dist_from_latent(latent_pi)  # type: ignore[misc]
+        k, b = self.mlp_extractor.num_rows, latent_pi.shape[0]
+        mean, mask = latent_pi[:, :k], latent_pi[:, k : 2 * k]
+        if isinstance(self.action_dist, RowSDEGaussian):
+            z = latent_pi[:, 2 * k :].reshape(b, k, -1)
+            return self.action_dist.proba_distribution(mean, self.log_std, mask, z)
+        std = torch.exp(self.log_std).expand_as(mean)
+        return self.action_dist.proba_distribution(mean, std, mask)
 
 
 class RowScorePolicy(_RowScoring, ActorCriticPolicy):

@@ -39,7 +39,7 @@ def _scores_and_value(policy, obs):
     o = {k: torch.as_tensor(np.asarray(v))[None] for k, v in obs.items()}
     with torch.no_grad():
         f = policy.extract_features(o, policy.features_extractor)
-        return policy.mlp_extractor.forward_actor(f)[0], policy.predict_values(o)[0]
+        return policy.mlp_extractor.row_scores(f)[0][0], policy.predict_values(o)[0]
 
 
 @pytest.mark.parametrize(
