@@ -245,8 +245,13 @@ def write_sb3_submission(
     script: str,
     suite: str,
     training: str,
+    work_conserving: bool = False,
 ) -> None:
-    """``policy.py`` (loading ``model.zip`` beside it) and ``submission.yaml`` of an SB3 agent."""
+    """``policy.py`` (loading ``model.zip`` beside it) and ``submission.yaml`` of an SB3 agent.
+
+    ``work_conserving``: the model was trained on Select with ``work_conserving=True``; the
+    policy applies the same masks on the default task (``WorkConservingAgent``).
+    """
     import yaml
 
     name = algorithm.__name__
@@ -259,6 +264,16 @@ def write_sb3_submission(
         suite=suite,
         module=algorithm.__module__.split(".")[0],
     )
+    if work_conserving:
+        if task != "Select":
+            raise ValueError(f"work_conserving is a Select option, not {task}'s")
+        load = f"return {name}.load("
+        policy_py = policy_py.replace(
+            load,
+            "from llmsched_gym.envs.select_v0 import WorkConservingAgent\n\n"
+            "    # trained with work_conserving=True: the same masks on the default task\n"
+            f"    return WorkConservingAgent({name}.load(",
+        ).replace('device="cpu")\n', 'device="cpu"))\n')
     (folder / "policy.py").write_text(policy_py)
     meta = {
         "suite": suite,

@@ -56,6 +56,7 @@ CONFIG_KEYS = {
     "eval": dict,
     "compare": list,
     "target": dict,
+    "work_conserving": bool,
 }
 REQUIRED = ("task", "algorithm", "policy", "timesteps", "train", "eval")
 ALGORITHMS = {"PPO": "stable_baselines3", "MaskablePPO": "sb3_contrib"}
@@ -105,6 +106,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
             f"{'MaskablePPO' if data['policy'].startswith('Maskable') else 'PPO'}, "
             f"not {data['algorithm']}"
         )
+    if data.get("work_conserving") and data["task"] != "Select":
+        raise ConfigError(f"{path}: work_conserving is a Select option, not {data['task']}'s")
     if data["timesteps"] < 1 or data.get("n_envs", 1) < 1:
         raise ConfigError(f"{path}: timesteps and n_envs must be positive")
     data.setdefault("suite", "llmsched-v1")
@@ -113,6 +116,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     data.setdefault("hyperparams", {})
     data.setdefault("policy_kwargs", {})
     data.setdefault("compare", [])
+    data.setdefault("work_conserving", False)
     data["name"] = path.stem
     return data
 
@@ -190,7 +194,8 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
         suite, cfg["task"], cfg["train"]["scenarios"], cfg["train"]["sources"]
     )
     n = cfg["n_envs"]
-    envs = [TrainWorkloadEnv(workloads, start=i, stride=n) for i in range(n)]
+    kwargs = {"work_conserving": True} if cfg["work_conserving"] else {}
+    envs = [TrainWorkloadEnv(workloads, start=i, stride=n, **kwargs) for i in range(n)]
     monitors = [Monitor(e) for e in envs]  # raw episode returns, before any normalisation
     venv = DummyVecEnv([lambda m=m: m for m in monitors])
     venv.seed(seed)
@@ -218,6 +223,7 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
         task=cfg["task"],
         script=f"train.py baselines/configs/{cfg['name']}.yaml",
         suite=suite.version,
+        work_conserving=cfg["work_conserving"],
         training=(
             f"{name} ({CITATIONS[name]}; {cfg['policy']}), {int(model.num_timesteps):,} steps on "
             f"{suite.version} {cfg['task']} train workloads only ({workloads.describe()}); "

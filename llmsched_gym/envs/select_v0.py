@@ -11,6 +11,7 @@ from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_discrete
 from llmsched_gym.envs.packing import vllm_victim
+from llmsched_gym.errors import ConfigError
 
 SCHEDULED, PREEMPTED_SELF, BLOCKED = "scheduled", "preempted_self", "blocked"
 
@@ -133,7 +134,13 @@ class SelectEnv(LLMSchedEnv):
 
     ## Episode End / Arguments
 
-    As ``PriorityEnv``.
+    As ``PriorityEnv``, plus ``work_conserving`` (default False): when True, close is valid
+    only once no pick is (``work_conserving_mask``), so a batch never ends while budget, a
+    sequence slot and a fitting request remain, as vLLM's own loop never stops early. The
+    agent then decides only the order in which requests get the step's tokens. Every such
+    policy is also a policy of the default task (it closes at moments the default allows), so
+    an agent trained with it is evaluated on the unchanged task by applying the same mask to
+    the default masks (``work_conserving_mask``), as the baselines' Select recipe does.
 
     ## Version History
 
@@ -141,6 +148,12 @@ class SelectEnv(LLMSchedEnv):
     """
 
     task = "Select"
+
+    def __init__(self, *args: Any, work_conserving: bool = False, **kwargs: Any) -> None:
+        if not isinstance(work_conserving, bool):
+            raise ConfigError(f"work_conserving must be True or False, got {work_conserving!r}")
+        self.work_conserving = work_conserving
+        super().__init__(*args, **kwargs)
 
     def _make_action_space(self) -> spaces.Discrete:
         return spaces.Discrete(self.top_k + 1)
@@ -172,14 +185,19 @@ class SelectEnv(LLMSchedEnv):
     def _apply(self, action: Any) -> None:
         k = self.top_k
         a = check_discrete(action, k + 1, "Select")
-        if not self.builder.valid[a]:
-            what = "close the batch (it is empty)" if a == k else f"pick candidate {a}"
-            valid = np.flatnonzero(self.builder.valid)
+        mask = self.action_masks()
+        if not mask[a]:
+            what = f"pick candidate {a}"
+            if a == k and self.builder.valid[k]:
+                what = "close the batch (work_conserving: a pick is still valid)"
+            elif a == k:
+                what = "close the batch (it is empty)"
+            valid = np.flatnonzero(mask)
             self._masked(
                 f"Select: action {a} ({what}) is masked; valid actions: {valid.tolist()} "
                 "(see action_masks())"
             )
-            a = k if self.builder.valid[k] else int(valid[0])
+            a = k if mask[k] else int(valid[0])
         if a == k:
             self.builder = None
             self.engine.step()
@@ -192,4 +210,41 @@ class SelectEnv(LLMSchedEnv):
             mask = np.zeros(self.top_k + 1, dtype=bool)
             mask[self.top_k] = True
             return mask
+        if self.work_conserving:
+            return work_conserving_mask(self.builder.valid)
         return self.builder.valid.copy()
+
+
+def work_conserving_mask(mask: np.ndarray) -> np.ndarray:
+    """Select's mask with close (the last action) allowed only when no pick is valid."""
+    out = np.array(mask, dtype=bool, copy=True)
+    if out[:-1].any():
+        out[-1] = False
+    return out
+
+
+class WorkConservingAgent:
+    """A model trained with ``work_conserving=True``, acting on the default Select task.
+
+    It applies ``work_conserving_mask`` to the task's masks before the model predicts, so the
+    model sees the masks it was trained with; anything without masks passes through.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = True,
+        action_masks: Any = None,
+    ) -> Any:
+        """The model's ``predict`` (SB3's signature) under the work-conserving masks."""
+        if action_masks is not None:
+            action_masks = work_conserving_mask(action_masks)
+        return self.model.predict(
+            observation, state, episode_start, deterministic, action_masks=action_masks
+        )
+

@@ -66,6 +66,7 @@ def test_bad_configs_name_the_problem(tmp_path) -> None:
         ({"target": {"text": "x"}}, "target.score_low must be a number"),
         ({"policy": "MaskableRowScorePolicy"}, "MaskableRowScorePolicy goes with MaskablePPO"),
         ({"train": {"scenarios": [], "sources": ["sharegpt"]}}, "train.scenarios must be a"),
+        ({"work_conserving": True}, "work_conserving is a Select option, not Priority's"),
     ]
     for i, (change, message) in enumerate(cases):
         path = tmp_path / f"c{i}.yaml"
@@ -97,6 +98,8 @@ def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     assert all(w.split("/")[3] == "train" for w in record["train_workloads"])
     sub = load_submission(tmp_path / "seed0")
     assert sub.task == cfg["task"]
+    policy_py = (tmp_path / "seed0" / "policy.py").read_text()
+    assert ("WorkConservingAgent(" in policy_py) == cfg["work_conserving"]
     assert (tmp_path / "seed0" / "learning_curve.png").stat().st_size > 0
     header = (tmp_path / "seed0" / "learning_curve.csv").read_text().splitlines()[0]
     assert header == "env,timesteps,return"
