@@ -19,9 +19,12 @@ Usage::
         --no-ablation
     .venv/bin/python leaderboards/relserve/reproduce.py --workload authors --rates 1.24 \
         --tag table6 --no-ablation --settings opt-amazon,opt-rotten,opt-beer,opt-pdmx
+    .venv/bin/python leaderboards/relserve/reproduce.py --settings all \
+        --output-lengths table4-drawn
 
-Writes ``<setting>[-quick][-authors][-TAG].csv`` (one row per setting, rate, policy) and prints /
-writes the findings table ``findings[-quick|-authors][-TAG].md`` from those CSVs, into ``--out``
+Writes ``<setting>[-quick][-authors][-t4drawn][-TAG].csv`` (one row per setting, rate, policy)
+and prints / writes the findings table ``findings[-quick|-authors][-t4drawn][-TAG].md`` from
+those CSVs, into ``--out``
 (default ``out/leaderboard/reproduce/relserve/`` under the repository root); only ``--update``
 writes into the committed ``results/``. ``--workload authors`` replays the authors' benchmark
 draws (:func:`authors_jobs`). The paper's numbers come from ``experiments.yaml`` (Table 6, Fig.
@@ -394,6 +397,16 @@ def findings(rows: list[dict]) -> str:
             return f"direction reproduced; {inside}/{len(vals)} settings within ±30%"
         return "not reproduced"
 
+    def verdict_sp(vals: list[float]) -> str:
+        # vs vLLM-SP the acceptance is the paper's own range (experiments.yaml, issue 28): a
+        # ±30% band around a range would admit a 1.04x gain against the paper's minimum 1.4x.
+        inside = sum(VS_SP[0] <= v <= VS_SP[1] for v in vals)
+        if vals and inside == len(vals):
+            return "reproduced"
+        if vals and all(v > 1.0 for v in vals):
+            return f"direction reproduced; {inside}/{len(vals)} settings in the paper's range"
+        return "not reproduced" if vals else "n/a"
+
     split_s = ", ".join(
         f"{s}: {x:.0f}:{100 - x:.0f}" for s, x in zip(settings, splits, strict=True)
     )
@@ -426,7 +439,7 @@ def findings(rows: list[dict]) -> str:
         f"| RelServe vs vLLM at the largest load | {VS_VLLM[0]:g}-{VS_VLLM[1]:g}x | "
         f"{_span(vs_vllm)} | {verdict(vs_vllm, *VS_VLLM)} |",
         f"| RelServe vs vLLM-SP at the largest load | {VS_SP[0]:g}-{VS_SP[1]:g}x | "
-        f"{_span(vs_sp)} | {verdict(vs_sp, *VS_SP)} |",
+        f"{_span(vs_sp)} | {verdict_sp(vs_sp)} |",
         f"| vLLM-SP vs vLLM at the largest load | {SP_VLLM:g}x (avg) | {_span(sp_vllm)} "
         f"(avg {np.mean(sp_vllm):.2f}x) | "
         f"{verdict(sp_vllm, round(SP_VLLM - 0.3, 9), round(SP_VLLM + 0.3, 9))} |",
