@@ -354,6 +354,26 @@ def cap_table(cap_runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def cap_markdown(table: pd.DataFrame) -> list[str]:
+    """The cap curve as Markdown lines: per cap and comparison, the gmean with its pooled and
+    by-seed 95% intervals and the pooled sign count (wins of n pairs)."""
+    names = list(dict.fromkeys(table["comparison"]))
+    lines = ["| cap | seeds | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+    for cap, g in table.groupby("cap"):
+        cells = []
+        for name in names:
+            rows = g[g["comparison"] == name].set_index("group")
+            pooled = rows.loc["pooled (seed x config)"]
+            seed = rows.loc["by seed (mean log over configs)"]
+            cells.append(
+                f"{pooled['gmean']:.3f}x [{pooled['ci95_lo']:.3f}, {pooled['ci95_hi']:.3f}]; by "
+                f"seed [{seed['ci95_lo']:.3f}, {seed['ci95_hi']:.3f}]; better in "
+                f"{int(pooled['wins'])} of {int(pooled['n'])}"
+            )
+        lines.append(f"| {cap} | {int(g['seeds'].max())} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def plot_cap(out: Path, table: pd.DataFrame) -> None:
     """``cap.png``: each comparison's gmean against the cap, with its pooled 95% interval and
     (wider, grey) its by-seed one."""
@@ -469,8 +489,10 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def write_md(out: Path, mode: str, runs, stats, best, alpha, tune, wall: str) -> None:
-    """``seeds.md``: pooled and per-configuration statistics."""
+def write_md(
+    out: Path, mode: str, runs, stats, best, alpha, tune, wall: str, cap: pd.DataFrame
+) -> None:
+    """``seeds.md``: pooled and per-configuration statistics, and the cap curve."""
     seeds = sorted(runs["seed"].unique()) if len(runs) else []
     lines = [
         f"# HexGen-Text2SQL over seeds (mode {mode}, WB alpha 0.2)",
@@ -509,6 +531,16 @@ def write_md(out: Path, mode: str, runs, stats, best, alpha, tune, wall: str) ->
             index=["hetero", "trace"], columns="seed", values="initial_tuned_alpha"
         )
         lines += [R.markdown(piv, index=True), ""]
+    if len(cap):
+        lines += [
+            "## Coordinator-queue cap curve (`--part cap`: Trace 3, Hetero-1/2 x 0.5/1.0 q/s)",
+            "",
+            "gmean [pooled 95% interval]; by seed [95% interval over per-seed means]; pairs in"
+            " which WB+PQ is strictly better. RR+FCFS (the vLLM baseline) is uncapped.",
+            "",
+            *cap_markdown(cap),
+            "",
+        ]
     (out / "seeds.md").write_text("\n".join(lines), encoding="utf-8")
 
 
@@ -573,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_stats:
         return 0
     cap_runs = _load(out / "cap_runs.csv")
+    cap = pd.DataFrame()
     if len(cap_runs):
         cap = cap_table(cap_runs)
         cap.to_csv(out / "cap.csv", index=False, float_format="%.4f")
@@ -593,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         alpha.to_csv(out / "alpha.csv", index=False, float_format="%.4f")
     tune = _load(out / "tuning_runs.csv")
     wall = "rescored" if args.rescore else f"last part {time.perf_counter() - t0:.0f} s"
-    write_md(out, f"{args.mode}, {score} score", runs, stats, best, alpha, tune, wall)
+    write_md(out, f"{args.mode}, {score} score", runs, stats, best, alpha, tune, wall, cap)
     print(stats[~stats["group"].str.startswith("H")].to_string(index=False))
     return 0
 
