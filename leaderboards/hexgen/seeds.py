@@ -321,9 +321,11 @@ CAP_COMPARISONS = [
 
 
 def cap_table(cap_runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (comparison, cap): paired statistics over the (seed, configuration) pairs.
+    """Per (comparison, cap): paired statistics over the (seed, configuration) pairs, and by seed.
 
-    WB+FCFS and WB+PQ at the same cap; RR+FCFS (uncapped) is the same run at every cap.
+    WB+FCFS and WB+PQ at the same cap; RR+FCFS (uncapped) is the same run at every cap. The
+    ``by seed`` row averages each seed's log ratios over its configurations first (n = seeds),
+    as :func:`ratio_stats_table` does: the conservative interval.
     """
     out = []
     rr = cap_runs[cap_runs["system"] == "RR+FCFS"]
@@ -343,11 +345,38 @@ def cap_table(cap_runs: pd.DataFrame) -> pd.DataFrame:
             row["cap"] = cap
             row["seeds"] = int(r.reset_index()["seed"].nunique())
             out.append(row)
+            by_seed = np.log(r).groupby(level="seed").mean()
+            st = log_ratio_stats(np.exp(by_seed.to_numpy()))
+            row = _row("by seed (mean log over configs)", name, st, (math.nan, math.nan))
+            row["cap"] = cap
+            row["seeds"] = len(by_seed)
+            out.append(row)
     return pd.DataFrame(out)
 
 
+def cap_markdown(table: pd.DataFrame) -> list[str]:
+    """The cap curve as Markdown lines: per cap and comparison, the gmean with its pooled and
+    by-seed 95% intervals and the pooled sign count (wins of n pairs)."""
+    names = list(dict.fromkeys(table["comparison"]))
+    lines = ["| cap | seeds | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+    for cap, g in table.groupby("cap"):
+        cells = []
+        for name in names:
+            rows = g[g["comparison"] == name].set_index("group")
+            pooled = rows.loc["pooled (seed x config)"]
+            seed = rows.loc["by seed (mean log over configs)"]
+            cells.append(
+                f"{pooled['gmean']:.3f}x [{pooled['ci95_lo']:.3f}, {pooled['ci95_hi']:.3f}]; by "
+                f"seed [{seed['ci95_lo']:.3f}, {seed['ci95_hi']:.3f}]; better in "
+                f"{int(pooled['wins'])} of {int(pooled['n'])}"
+            )
+        lines.append(f"| {cap} | {int(g['seeds'].max())} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def plot_cap(out: Path, table: pd.DataFrame) -> None:
-    """``cap.png``: each comparison's gmean and 95% interval against the cap."""
+    """``cap.png``: each comparison's gmean against the cap, with its pooled 95% interval and
+    (wider, grey) its by-seed one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -356,20 +385,20 @@ def plot_cap(out: Path, table: pd.DataFrame) -> None:
     names = list(dict.fromkeys(table["comparison"]))
     fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
-        g = table[table["comparison"] == name].sort_values("cap")
-        ax.errorbar(
-            g["cap"],
-            g["gmean"],
-            yerr=[g["gmean"] - g["ci95_lo"], g["ci95_hi"] - g["gmean"]],
-            marker="o",
-            ms=3,
-            capsize=2,
-        )
+        rows = table[table["comparison"] == name].sort_values("cap")
+        for group, style in (
+            ("by seed (mean log over configs)", {"color": "grey", "ls": "none", "elinewidth": 5}),
+            ("pooled (seed x config)", {"marker": "o", "ms": 3, "capsize": 2}),
+        ):
+            g = rows[rows["group"] == group]
+            yerr = [g["gmean"] - g["ci95_lo"], g["ci95_hi"] - g["gmean"]]
+            ax.errorbar(g["cap"], g["gmean"], yerr=yerr, label=group.split(" (")[0], **style)
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("coordinator concurrency cap")
         ax.set_title(name, fontsize=8)
     axes[0][0].set_ylabel("ratio (> 1: WB+PQ better)")
+    axes[0][0].legend(fontsize=7, title="95% interval", title_fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "cap.png", dpi=90)
     plt.close(fig)
@@ -460,8 +489,10 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def write_md(out: Path, mode: str, runs, stats, best, alpha, tune, wall: str) -> None:
-    """``seeds.md``: pooled and per-configuration statistics."""
+def write_md(
+    out: Path, mode: str, runs, stats, best, alpha, tune, wall: str, cap: pd.DataFrame
+) -> None:
+    """``seeds.md``: pooled and per-configuration statistics, and the cap curve."""
     seeds = sorted(runs["seed"].unique()) if len(runs) else []
     lines = [
         f"# HexGen-Text2SQL over seeds (mode {mode}, WB alpha 0.2)",
@@ -500,6 +531,16 @@ def write_md(out: Path, mode: str, runs, stats, best, alpha, tune, wall: str) ->
             index=["hetero", "trace"], columns="seed", values="initial_tuned_alpha"
         )
         lines += [R.markdown(piv, index=True), ""]
+    if len(cap):
+        lines += [
+            "## Coordinator-queue cap curve (`--part cap`: Trace 3, Hetero-1/2 x 0.5/1.0 q/s)",
+            "",
+            "gmean [pooled 95% interval]; by seed [95% interval over per-seed means]; pairs in"
+            " which WB+PQ is strictly better. RR+FCFS (the vLLM baseline) is uncapped.",
+            "",
+            *cap_markdown(cap),
+            "",
+        ]
     (out / "seeds.md").write_text("\n".join(lines), encoding="utf-8")
 
 
@@ -564,11 +605,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_stats:
         return 0
     cap_runs = _load(out / "cap_runs.csv")
+    cap = pd.DataFrame()
     if len(cap_runs):
         cap = cap_table(cap_runs)
         cap.to_csv(out / "cap.csv", index=False, float_format="%.4f")
         plot_cap(out, cap)
-        print(cap[["comparison", "cap", "seeds", "n", "gmean", "ci95_lo", "ci95_hi"]].to_string())
+        cols = ["comparison", "group", "cap", "seeds", "n", "gmean", "ci95_lo", "ci95_hi"]
+        print(cap[cols].to_string())
     runs = _load(out / "runs.csv")
     if not len(runs):
         return 0
@@ -583,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         alpha.to_csv(out / "alpha.csv", index=False, float_format="%.4f")
     tune = _load(out / "tuning_runs.csv")
     wall = "rescored" if args.rescore else f"last part {time.perf_counter() - t0:.0f} s"
-    write_md(out, f"{args.mode}, {score} score", runs, stats, best, alpha, tune, wall)
+    write_md(out, f"{args.mode}, {score} score", runs, stats, best, alpha, tune, wall, cap)
     print(stats[~stats["group"].str.startswith("H")].to_string(index=False))
     return 0
 

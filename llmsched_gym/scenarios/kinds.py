@@ -103,6 +103,7 @@ def _build_relquery(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Jo
         max_model_len=p["max_model_len"],
         burstiness=p["burstiness"],
         row_sampling=p["row_sampling"],
+        output_lengths=p["output_lengths"],
     )
 
 
@@ -183,6 +184,11 @@ WORKLOAD_KINDS.update(
                 "burstiness": positive(_NUM, 1.0, "gamma shape of the gaps (1: Poisson)"),
                 "row_sampling": _one_of(
                     ("independent", "code"), "independent", "fresh rows, or RelServe code's"
+                ),
+                "output_lengths": _one_of(
+                    ("table4", "table4-drawn", "max_tokens"),
+                    "table4",
+                    "Table 4's mean for a uniform type mix, or on the drawn requests",
                 ),
             },
             _build_relquery,

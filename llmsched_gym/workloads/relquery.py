@@ -32,8 +32,17 @@ paraphrase of RelServe's templates (same columns in the same order, similar leng
 
 True output lengths (hidden from non-oracle policies) are drawn per request: with probability
 ``p`` the model runs to ``max_tokens``, else uniformly in ``1..max_tokens`` (outputs end at EOS
-at temperature 0, so they are <= ``max_tokens``). ``p`` is set per dataset so the mean output
-length equals Table 4's (Amazon 18, Rotten 21, Beer 19, PDMX 23 tokens).
+at temperature 0, so they are <= ``max_tokens``). ``p`` is calibrated per dataset to Table 4's
+average output length (Amazon 18, Rotten 21, Beer 19, PDMX 23 tokens; :data:`PAPER_TABLE4`):
+
+* ``output_lengths="table4"`` (default): for a uniform type mix, i.e. one request of each type.
+  A drawn workload weights the types by relQuery size and count, so its realised mean differs
+  (RelServe's scenarios: 1.26x Table 4; the authors' draws: 0.81-0.87x).
+* ``output_lengths="table4-drawn"``: on the requests actually drawn, so the expected mean output
+  over them equals Table 4's. Where that mean lies below the uniform draws' own mean, the mass
+  goes to the other end instead: with probability ``q`` the model answers in one token, else
+  uniformly. Both modes use the same random draws and differ only in this threshold
+  (:func:`table4_output_calibration`).
 
 >>> jobs = relquery_jobs("rotten", num_queries=3, rate_per_s=1.0, seed=0)
 >>> [job.kind for job in jobs]
@@ -45,6 +54,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -62,8 +72,10 @@ __all__ = [
     "QUERY_TYPES",
     "SYSTEM_PROMPT",
     "TEMPLATES",
+    "OUTPUT_LENGTHS",
     "dataset_stats",
     "relquery_jobs",
+    "table4_output_calibration",
     "template_segments",
 ]
 
@@ -201,7 +213,35 @@ PAPER_TABLE4: dict[str, tuple[int, int]] = {
     "beer": (174, 19),
     "pdmx": (158, 23),
 }
-"""RelServe Table 4: (average input length, average output length) in tokens."""
+"""RelServe Table 4 ("Datasets for experiments"): (average input length, average output
+length) in tokens per dataset."""
+
+OUTPUT_LENGTHS: tuple[str, ...] = ("table4", "table4-drawn", "max_tokens")
+"""Modes of the true output lengths (:func:`relquery_jobs`, module docstring)."""
+
+
+def table4_output_calibration(dataset: str, limits) -> float:
+    """Signed end-point probability that sets the mean output over ``limits`` to Table 4's.
+
+    ``limits`` are the ``max_tokens`` of the requests the mean is taken over. Each request's
+    output is uniform in ``1..max_tokens`` except, with probability ``|c|``, ``max_tokens``
+    (``c >= 0``) or one token (``c < 0``). The expected mean is linear in ``c`` on each side, so
+    ``c`` is solved exactly and clipped to ``[-1, 1]`` (a target out of reach, e.g. above every
+    request running to its limit, gives the nearest end).
+    """
+    if dataset not in PAPER_TABLE4:
+        raise ConfigError(f"dataset must be one of {list(DATASETS)}, got {dataset!r}")
+    lim = np.asarray(list(limits), dtype=np.float64)
+    if lim.size == 0 or not np.all(lim >= 1):
+        raise ConfigError(f"limits must be a non-empty list of max_tokens >= 1, got {limits!r}")
+    target = PAPER_TABLE4[dataset][1]
+    limit_mean = float(np.mean(lim))
+    uniform_mean = float(np.mean((lim + 1) / 2))
+    if target >= uniform_mean:
+        if limit_mean == uniform_mean:
+            return 0.0
+        return min(1.0, (target - uniform_mean) / (limit_mean - uniform_mean))
+    return -min(1.0, (uniform_mean - target) / (uniform_mean - 1.0))
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 _VOCAB = (256, 50000)
@@ -354,6 +394,7 @@ def relquery_jobs(
     burstiness: float = 1.0,
     row_sampling: str = "independent",
     output_lengths: str = "table4",
+    output_mix: Mapping[str, Sequence[int]] | None = None,
 ) -> list[Job]:
     """RelServe relQueries as one-stage jobs (``Stage("rows", ...)``, ``kind="relquery"``).
 
@@ -376,8 +417,13 @@ def relquery_jobs(
             permutation, as RelServe's client does (``sample(N, random_state=0)``), which lets
             same-template relQueries reuse each other's prompts (a higher hit ratio than the
             38% of §2.2).
-        output_lengths: ``table4``: true output lengths with Table 4's per-dataset mean (see the
-            module docstring); ``max_tokens``: every request generates ``max_tokens`` tokens.
+        output_lengths: ``table4``: true output lengths with Table 4's per-dataset mean for a
+            uniform type mix; ``table4-drawn``: with Table 4's per-dataset mean over the drawn
+            requests (module docstring); ``max_tokens``: every request generates
+            ``max_tokens`` tokens.
+        output_mix: Only with ``table4-drawn``: per dataset, the ``max_tokens`` of the requests
+            the mean is calibrated over, for a workload assembled from several calls (RelServe's
+            authors' draws, one call per relQuery); default: the requests this call keeps.
 
     Returns:
         Jobs ``rq0``, ``rq1``, ... in arrival order; request ids ``rq{j}-{i}`` in prompt order.
@@ -408,9 +454,13 @@ def relquery_jobs(
         raise ConfigError(f"max_rows must be >= min_rows={min_rows}, got {max_rows!r}")
     if row_sampling not in ("code", "independent"):
         raise ConfigError(f"row_sampling must be 'code' or 'independent', got {row_sampling!r}")
-    if output_lengths not in ("table4", "max_tokens"):
+    if output_lengths not in OUTPUT_LENGTHS:
         raise ConfigError(
-            f"output_lengths must be 'table4' or 'max_tokens', got {output_lengths!r}"
+            f"output_lengths must be one of {list(OUTPUT_LENGTHS)}, got {output_lengths!r}"
+        )
+    if output_mix is not None and output_lengths != "table4-drawn":
+        raise ConfigError(
+            f"output_mix applies to output_lengths='table4-drawn' only, got {output_lengths!r}"
         )
 
     rng = np.random.default_rng([seed, 0])
@@ -419,10 +469,9 @@ def relquery_jobs(
     sizes = rng.integers(min_rows, max_rows + 1, size=num_queries)
     types = rng.integers(len(templates), size=num_queries)
     tables: dict[str, _Table] = {}
-    limit_mean = float(np.mean([MAX_TOKENS[t] for t in QUERY_TYPES]))
-    uniform_mean = float(np.mean([(MAX_TOKENS[t] + 1) / 2 for t in QUERY_TYPES]))
-
-    drafts: list[list[tuple[tuple[int, ...], int, int]]] = []
+    # Per request: (prompt ids, max_tokens, end-point draw, uniform length); outputs come after
+    # the loop, once the drawn mix is known (``table4-drawn``).
+    drafts: list[tuple[str, list[tuple[tuple[int, ...], int, float, int]]]] = []
     for j in range(num_queries):
         name = names[int(picks[j])]
         qtype = templates[int(types[j])]
@@ -436,27 +485,22 @@ def relquery_jobs(
             rows = rng.choice(table.num_rows, size=n, replace=False)
         segments, columns = template_segments(name, qtype, tokenizer)
         limit = MAX_TOKENS[qtype]
-        # Probability of running to the limit so the mean output matches Table 4 (module doc).
-        p_limit = (PAPER_TABLE4[name][1] - uniform_mean) / (limit_mean - uniform_mean)
-        p_limit = min(1.0, max(0.0, p_limit))
-        hit_limit = rng.random(n) < p_limit
+        ends = rng.random(n)
         uniform = rng.integers(1, limit + 1, size=n)
-        outs = np.where(hit_limit, limit, uniform)
-        if output_lengths == "max_tokens":
-            outs = np.full(n, limit)
         query = []
-        for row, out in zip(rows, outs, strict=True):
+        for row, end, out in zip(rows, ends, uniform, strict=True):
             ids: list[int] = list(segments[0])
             for col, seg in zip(columns, segments[1:], strict=True):
                 ids.extend(table.cell(col, int(row)))
                 ids.extend(seg)
             if len(ids) + limit > max_model_len - 10:
                 continue
-            query.append((tuple(ids), int(out), limit))
+            query.append((tuple(ids), limit, float(end), int(out)))
         query.sort(key=lambda item: item[0])
-        drafts.append(query)
+        drafts.append((name, query))
 
-    kept = [q for q in drafts if q]
+    calibration = _output_calibration(drafts, output_lengths, output_mix)
+    kept = [_with_outputs(query, calibration[name]) for name, query in drafts if query]
     gaps = rng.gamma(shape=shape, scale=1.0 / (rate * shape), size=len(kept))
     arrivals = np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if kept else np.zeros(0)
     jobs = []
@@ -476,3 +520,40 @@ def relquery_jobs(
         )
         jobs.append(Job(job_id, float(arrival), (Stage("rows", specs),), kind="relquery"))
     return jobs
+
+
+def _output_calibration(
+    drafts: list, mode: str, mix: Mapping[str, Sequence[int]] | None
+) -> dict[str, float | None]:
+    """Per dataset drawn: the signed end-point probability (``None``: ``max_tokens`` mode)."""
+    names = sorted({name for name, query in drafts if query})
+    if mode == "max_tokens":
+        return dict.fromkeys(names)
+    if mode == "table4":
+        uniform_mix = [MAX_TOKENS[t] for t in QUERY_TYPES]
+        return {name: table4_output_calibration(name, uniform_mix) for name in names}
+    pool: dict[str, list[int]] = {}
+    if mix is None:
+        for name, query in drafts:
+            pool.setdefault(name, []).extend(limit for _, limit, _, _ in query)
+    else:
+        unknown = sorted(set(mix) - set(DATASETS))
+        if unknown:
+            raise ConfigError(
+                f"output_mix: unknown dataset(s) {unknown}; expected {list(DATASETS)}"
+            )
+        pool = {name: list(limits) for name, limits in mix.items()}
+    missing = [name for name in names if name not in pool]
+    if missing:
+        raise ConfigError(f"output_mix has no requests for the drawn dataset(s) {missing}")
+    return {name: table4_output_calibration(name, pool[name]) for name in names}
+
+
+def _with_outputs(query: list, c: float | None) -> list[tuple[tuple[int, ...], int, int]]:
+    """(prompt ids, true output, max_tokens) per request for end-point probability ``c``."""
+    if c is None:
+        return [(ids, limit, limit) for ids, limit, _, _ in query]
+    return [
+        (ids, (limit if c >= 0 else 1) if end < abs(c) else out, limit)
+        for ids, limit, end, out in query
+    ]

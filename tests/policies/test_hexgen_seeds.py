@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from _leaderboard import load_script
@@ -94,9 +95,37 @@ def test_cap_table_pairs_each_cap_with_the_uncapped_vllm_baseline():
         for name, d in (("WB+FCFS", fcfs), ("WB+PQ", pq)):
             rows.append(dict(seed=0, hetero=1, trace=3, rate_qps=1.0, system=name, cap=cap,
                              deadline_95_s=d, throughput_qps=0.12))  # fmt: skip
-    t = S.cap_table(pd.DataFrame(rows)).set_index(["comparison", "cap"])["gmean"]
+    table = S.cap_table(pd.DataFrame(rows))
+    pooled = table[table["group"] == "pooled (seed x config)"]
+    t = pooled.set_index(["comparison", "cap"])["gmean"]
     assert t[("queue deadline95 WB+FCFS/WB+PQ", 4)] == pytest.approx(1.1)
     assert t[("queue deadline95 WB+FCFS/WB+PQ", 16)] == pytest.approx(0.96)
     assert t[("deadline95 RR+FCFS/WB+PQ", 16)] == pytest.approx(1.6)
     assert t[("throughput@1.0 WB+PQ/RR+FCFS", 4)] == pytest.approx(1.2)
     assert set(t.index.get_level_values("cap")) == {4, 16}
+    # One by-seed row per (comparison, cap); with one configuration per seed it equals pooled.
+    by_seed = table[table["group"] == "by seed (mean log over configs)"]
+    assert len(by_seed) == len(pooled)
+    assert by_seed["gmean"].to_numpy() == pytest.approx(pooled["gmean"].to_numpy())
+
+
+def test_cap_table_by_seed_averages_each_seeds_configurations_first():
+    # Two seeds x two configurations: the by-seed interval has n = 2 (seeds), pooled n = 4.
+    rows = []
+    for seed, ratios in ((0, (1.1, 1.3)), (1, (1.2, 1.0))):
+        for hetero, ratio in zip((1, 2), ratios, strict=True):
+            key = dict(seed=seed, hetero=hetero, trace=3, rate_qps=0.5, cap=8, throughput_qps=0.1)
+            rows.append(key | dict(system="WB+PQ", deadline_95_s=100.0))
+            rows.append(key | dict(system="WB+FCFS", deadline_95_s=100.0 * ratio))
+            rows.append(key | dict(system="RR+FCFS", cap=0, deadline_95_s=150.0))
+    table = S.cap_table(pd.DataFrame(rows))
+    q = table[table["comparison"] == "queue deadline95 WB+FCFS/WB+PQ"].set_index("group")
+    assert q.loc["pooled (seed x config)", "n"] == 4
+    assert q.loc["by seed (mean log over configs)", "n"] == 2
+    seed_means = [np.sqrt(1.1 * 1.3), np.sqrt(1.2 * 1.0)]
+    assert q.loc["by seed (mean log over configs)", "gmean"] == pytest.approx(
+        np.sqrt(seed_means[0] * seed_means[1])
+    )
+    assert q.loc["by seed (mean log over configs)", "ci95_lo"] < q.loc[
+        "pooled (seed x config)", "ci95_lo"
+    ]

@@ -13,6 +13,7 @@ from llmsched_gym.workloads.relquery import (
     PAPER_TABLE4,
     QUERY_TYPES,
     relquery_jobs,
+    table4_output_calibration,
     template_segments,
 )
 
@@ -148,6 +149,9 @@ def test_drops_requests_over_max_model_len():
         ({"min_rows": 5, "max_rows": 3}, "max_rows"),
         ({"row_sampling": "sorted"}, "row_sampling"),
         ({"output_lengths": "eos"}, "output_lengths"),
+        ({"output_mix": {"rotten": [5]}}, "output_mix"),
+        ({"output_lengths": "table4-drawn", "output_mix": {"imdb": [5]}}, "output_mix"),
+        ({"output_lengths": "table4-drawn", "output_mix": {"beer": [5]}}, "output_mix"),
         ({"max_model_len": 5}, "max_model_len"),
     ],
 )
@@ -170,3 +174,91 @@ def test_all_mixes_datasets():
     heads = {j.stages[0].requests[0].prompt_token_ids[:60] for j in jobs}
     assert len(heads) > 5
     assert set(QUERY_TYPES) == set(MAX_TOKENS)
+
+
+def _expected_mean(limits, c):
+    lim = np.asarray(limits, dtype=float)
+    end = lim if c >= 0 else np.ones_like(lim)
+    return float(np.mean(abs(c) * end + (1 - abs(c)) * (lim + 1) / 2))
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        [MAX_TOKENS[t] for t in QUERY_TYPES],  # the default's uniform mix
+        [5, 5, 10, 50, 100, 100, 100],  # mean above the uniform draws': mass to max_tokens
+        [100, 50, 50, 10],  # below: mass to one-token answers
+    ],
+)
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_table4_calibration_is_exact_on_the_mix(dataset, limits):
+    c = table4_output_calibration(dataset, limits)
+    assert -1 <= c <= 1
+    assert _expected_mean(limits, c) == pytest.approx(PAPER_TABLE4[dataset][1])
+
+
+def test_table4_calibration_clips_a_target_out_of_reach():
+    assert table4_output_calibration("pdmx", [5, 10]) == 1.0  # 23 > every request's limit
+    with pytest.raises(ConfigError, match="limits"):
+        table4_output_calibration("pdmx", [])
+    with pytest.raises(ConfigError, match="dataset"):
+        table4_output_calibration("imdb", [5])
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_table4_drawn_mode_matches_table4_on_the_drawn_requests(dataset):
+    base = relquery_jobs(dataset, 100, 1.0, seed=0)
+    drawn = relquery_jobs(dataset, 100, 1.0, seed=0, output_lengths="table4-drawn")
+    target = PAPER_TABLE4[dataset][1]
+    base_mean = np.mean([s.output_len for s in _requests(base)])
+    drawn_mean = np.mean([s.output_len for s in _requests(drawn)])
+    assert abs(base_mean / target - 1) > 0.2  # the default is off on this mix (1.26x)
+    assert abs(drawn_mean / target - 1) < 0.03
+    # Same relQueries, prompts and random draws: only the end-point threshold moves, so a
+    # request whose output changed sits at an end point in one of the two modes.
+    assert [j.arrival_time for j in base] == [j.arrival_time for j in drawn]
+    for a, b in zip(_requests(base), _requests(drawn), strict=True):
+        assert (a.request_id, a.prompt_token_ids, a.max_tokens) == (
+            b.request_id,
+            b.prompt_token_ids,
+            b.max_tokens,
+        )
+        if a.output_len != b.output_len:
+            assert a.output_len == a.max_tokens or b.output_len in (1, b.max_tokens)
+
+
+def test_output_mix_calibrates_across_calls():
+    """Two one-relQuery calls sharing one mix get the mix's calibration, not their own."""
+    kw = {"seed": 0, "min_rows": 40, "max_rows": 40, "row_sampling": "code"}
+    short = relquery_jobs("beer", 1, 1.0, templates=["binary"], **kw)
+    long = relquery_jobs("beer", 1, 1.0, templates=["summarize"], **kw)
+    mix = {"beer": [s.max_tokens for s in _requests(short) + _requests(long)]}
+    c = table4_output_calibration("beer", mix["beer"])
+    assert 0 < c < 1
+    for template in ("binary", "summarize"):
+        alone = relquery_jobs(
+            "beer", 1, 1.0, templates=[template], output_lengths="table4-drawn", **kw
+        )
+        shared = relquery_jobs(
+            "beer", 1, 1.0, templates=[template], output_lengths="table4-drawn",
+            output_mix=mix, **kw,
+        )  # fmt: skip
+        limit = MAX_TOKENS[template]
+        at_limit = sum(s.output_len == limit for s in _requests(shared))
+        assert 0 < at_limit < 40  # c of the shared mix, strictly inside (0, 1)
+        assert [s.output_len for s in _requests(alone)] != [s.output_len for s in _requests(shared)]
+
+
+def test_scenario_workload_takes_the_output_lengths_mode():
+    from llmsched_gym.scenarios.spec import load_scenario
+
+    base = load_scenario("relquery-pdmx-v0", {"workload.num_queries": 30})
+    drawn = load_scenario(
+        "relquery-pdmx-v0", {"workload.num_queries": 30, "workload.output_lengths": "table4-drawn"}
+    )
+    assert base.workload["output_lengths"] == "table4"
+    a, b = base.build_workload(base.seed), drawn.build_workload(drawn.seed)
+    assert _signature(a) == _signature(relquery_jobs("pdmx", 30, 1.0, seed=base.seed))
+    assert np.mean([s.output_len for s in _requests(b)]) == pytest.approx(23, rel=0.05)
+    with pytest.raises(ConfigError, match="output_lengths"):
+        load_scenario("relquery-pdmx-v0", {"workload.output_lengths": "eos"})
