@@ -132,15 +132,23 @@ def test_counterfactual_preempt_and_bad_input():
         counterfactual("chat-azure-conv-4x-v0", "round-robin", "admit")
 
 
-def test_fork_inside_an_engine_step_is_a_clear_error():
-    env = gym.make(
-        "llmsched/Preempt-ChatSharegptOverload-v0",
+def test_fork_inside_an_engine_step_continues_like_a_replay():
+    # Preempt decides inside vLLM's packing loop (the engine step is half packed): a fork there
+    # continues exactly as the original and as a fresh run given the same actions.
+    kwargs = dict(
         scenario_overrides={
             "workload.num_requests": 120,
             "workload.rate_per_s": 2.0,
             "engine.num_gpu_blocks": 1025,
-        },
-    ).unwrapped
+        }
+    )
+    env = gym.make("llmsched/Preempt-ChatSharegptOverload-v0", **kwargs).unwrapped
     env.reset(seed=0)
-    with pytest.raises(ConfigError, match="waiting inside an engine step"):
-        fork(env)
+    before = _trajectory(env, 0, 5)
+    assert len(before) == 5 and env.requester is not None  # waiting for a victim mid-step
+    copy = fork(env)
+    expected = _trajectory(env, 5, 40)
+    assert len(expected) > 10 and _trajectory(copy, 5, 40) == expected
+    fresh = gym.make("llmsched/Preempt-ChatSharegptOverload-v0", **kwargs).unwrapped
+    fresh.reset(seed=0)
+    assert _trajectory(fresh, 0, 45) == before + expected
