@@ -52,7 +52,7 @@ def _shared(obj: Any) -> dict[int, Any]:
         for x in obj:
             memo.update(_shared(x))
         return memo
-    for name in ("items", "cost_model", "scenario", "config"):
+    for name in ("items", "cost_model", "scenario", "config", "observation_space", "action_space"):
         value = getattr(obj, name, None)
         if value is None:
             continue
@@ -71,6 +71,10 @@ def _shared(obj: Any) -> dict[int, Any]:
     for engine in _engines(obj):
         for value in (engine.config, engine.cost_model):
             memo[id(value)] = value
+        # A request that finished (or was aborted) is never changed again: share it.
+        for done in (engine.finished, engine.aborted):
+            for req in done:
+                memo[id(req)] = req
         pool = engine.kv.pool
         flat = (pool.ref_cnt, pool.block_hash, pool.tag, pool._next, pool._prev)
         for lst in (*flat, engine.itl_values, engine.itl_weights):
@@ -94,9 +98,10 @@ def _engines(obj: Any) -> list[Any]:
 def fork(obj: Any) -> Any:
     """A copy of an engine, cluster or environment that continues exactly as ``obj`` would.
 
-    Workload specs, scenario, cost model and engine configuration are shared (they are never
-    mutated); everything that changes as the run goes on (requests, queues, KV blocks, clocks,
-    records, random generators, reward ledgers) is copied. An environment forks at any decision,
+    Workload specs, scenario, cost model, engine configuration, the spaces and the requests that
+    already finished are shared (they are never changed again); everything that changes as the
+    run goes on (live requests, queues, KV blocks, clocks, records, random generators, reward
+    ledgers) is copied. An environment forks at any decision,
     inside an engine step too (Preempt's victim choice, Select's picks). ``obj`` may be a tuple,
     copied together: an environment and an agent that keeps references into it (a router bound
     to the environment's cluster) stay bound in the copy.

@@ -152,3 +152,18 @@ def test_fork_inside_an_engine_step_continues_like_a_replay():
     fresh = gym.make("llmsched/Preempt-ChatSharegptOverload-v0", **kwargs).unwrapped
     fresh.reset(seed=0)
     assert _trajectory(fresh, 0, 45) == before + expected
+    # To the end: the fork shares the requests that had finished with the original, which went
+    # on; its records are still a fresh run's.
+    for e in (env, copy, fresh):
+        if not e._ended:
+            _trajectory(e, 45, 10_000)
+    assert _records(copy.engine) == _records(fresh.engine)
+    assert len(_records(fresh.engine)) == 120
+
+
+def _records(engine):
+    return sorted(
+        (r.request_id, r.arrival_time, r.first_token_time, r.finish_time, r.num_preemptions,
+         r.num_output_tokens, r.num_cached_tokens)
+        for r in engine.finished
+    )  # fmt: skip
