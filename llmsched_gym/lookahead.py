@@ -54,7 +54,7 @@ __all__ = [
 TASKS = ("Priority", "Select", "Preempt", "BatchType", "Knob", "Route")
 """Tasks the agent acts in (its environment's ``task``)."""
 
-BASES = {"Route": "least-load:backlog"}
+BASES = {"Route": "least-load:requests"}
 """Default base policy per task: a router for Route, else ``vllm-v1`` (each task's reference)."""
 
 PRIORITY_CANDIDATES = (

@@ -41,7 +41,7 @@ def _env(task):
 
 def _base(task):
     if task == "Route":
-        return RouterAgent("least-load:backlog")
+        return RouterAgent("least-load:requests")
     return PolicyAgent(make_policy("vllm-v1"))
 
 
@@ -151,7 +151,7 @@ def test_harness_runs_it_in_step_with_its_own_environment(task):
     sc = w.scenario()
     if task == "Route":
         mine = sc.simulate(router=policy, seed=w.seed)
-        base = sc.simulate(router="least-load:backlog", seed=w.seed)
+        base = sc.simulate(router="least-load:requests", seed=w.seed)
     else:
         mine = sc.simulate(policy, seed=w.seed)
         base = sc.simulate("vllm-v1", seed=w.seed)

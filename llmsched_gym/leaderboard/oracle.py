@@ -86,7 +86,7 @@ def lookahead(
         task: The suite task (``Priority``, ``Select``, ``Preempt``, ``BatchType``, ``Knob``,
             ``Route``).
         workload: The suite ``Workload`` the harness runs.
-        base: As ``LookaheadAgent``'s (default: ``vllm-v1``, or ``least-load:backlog`` on Route).
+        base: As ``LookaheadAgent``'s (default: ``vllm-v1``, or ``least-load:requests`` on Route).
         horizon_s: As ``LookaheadAgent``'s (None: every fork runs to the episode's end).
         candidates: As ``LookaheadAgent``'s (Priority and Knob only).
 
