@@ -129,7 +129,7 @@ class LookaheadAgent:
             )
         self.horizon_s = None if horizon_s is None else float(horizon_s)
         self.candidates = self._check_candidates(candidates)
-        self._base_agent = self._make_base()
+        self._base_agent = self.base_agent()
         self._candidate_agents = (
             [self._policy_agent(name) for name in self.candidates] if task == "Priority" else []
         )
@@ -182,7 +182,8 @@ class LookaheadAgent:
 
         return PolicyAgent(make_policy(name))
 
-    def _make_base(self) -> Any:
+    def base_agent(self) -> Any:
+        """A fresh agent of the base policy (``RouterAgent`` on Route, else ``PolicyAgent``)."""
         if self.task == "Route":
             from llmsched_gym.envs.adapters import RouterAgent
 

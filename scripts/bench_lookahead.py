@@ -28,7 +28,7 @@ def run(task: str, workload: object, horizon_s: float | None) -> dict:
     env_class = getattr(importlib.import_module(module), cls)
     env = env_class(scenario=dataclasses.replace(workload.scenario(), seed=0))
     agent = LookaheadAgent(task, horizon_s=horizon_s)
-    base = rollout(env, agent._make_base(), seed=workload.seed)
+    base = rollout(env, agent.base_agent(), seed=workload.seed)
     wall, cpu = time.perf_counter(), time.process_time()
     mine = rollout(env, agent, seed=workload.seed)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
