@@ -13,12 +13,13 @@ It is an **oracle**: each fork simulates requests that have not arrived yet and 
 request to its true output length, which no deployed scheduler knows. Its scores are an upper
 reference for what a task's decision can gain (leaderboards rank it apart), not a policy.
 
-**Guarantee** (the rollout algorithm's cost improvement, ibid. §2): with ``horizon_s=None`` the
-agent's episode accrues no more latency than the base policy's own episode. The base's action is
-always a candidate, ties go to it, and its fork continues exactly as the base would (the
-environment is deterministic and the base is forked with it), so the latency the lookahead
-expects for the episode never rises from one decision to the next; it starts at the base's and
-ends at the agent's. A finite horizon gives no such bound: it trades the guarantee for speed.
+**Guarantee** (the rollout algorithm's cost improvement property, ibid.): with
+``horizon_s=None`` the agent's episode accrues no more latency than the base policy's own
+episode. The base's action is always a candidate, ties go to it, and its fork continues exactly
+as the base would (the environment is deterministic and the base is forked with it), so the
+latency the lookahead expects for the episode never rises from one decision to the next; it
+starts at the base's and ends at the agent's. A finite horizon gives no such bound: it trades
+the guarantee for speed.
 
 Candidates: every valid action of the discrete tasks (Route, Select, Preempt, BatchType); for the
 continuous ones a declared set, the scores of named schedulers for Priority
@@ -55,7 +56,7 @@ TASKS = ("Priority", "Select", "Preempt", "BatchType", "Knob", "Route")
 """Tasks the agent acts in (its environment's ``task``)."""
 
 BASES = {"Route": "least-load:requests"}
-"""Default base policy per task: a router for Route, else ``vllm-v1`` (each task's reference)."""
+"""Default base policies: ``least-load:requests`` on Route, else ``vllm-v1`` (the reference)."""
 
 PRIORITY_CANDIDATES = (
     "vllm-v1",
