@@ -41,9 +41,18 @@ DECISIONS = {
 
 
 def _shared(obj: Any) -> dict[int, Any]:
-    """Memo entries that make ``deepcopy`` share the immutable parts of a run."""
+    """Memo entries that make ``deepcopy`` share the immutable parts of a run.
+
+    Also copies the engines' long flat lists (KV block tables, inter-token samples) up front with
+    ``list.copy``: their elements are immutable, and ``deepcopy`` would visit each one (most of
+    a fork's time on a cluster with tens of thousands of blocks per instance).
+    """
     memo: dict[int, Any] = {}
-    for name in ("items", "cost_model", "scenario", "config"):
+    if isinstance(obj, tuple):
+        for x in obj:
+            memo.update(_shared(x))
+        return memo
+    for name in ("items", "cost_model", "scenario", "config", "observation_space", "action_space"):
         value = getattr(obj, name, None)
         if value is None:
             continue
@@ -51,31 +60,53 @@ def _shared(obj: Any) -> dict[int, Any]:
         if name == "items":
             for x in value:
                 memo[id(x)] = x
+                for stage in getattr(x, "stages", ()):  # a job's stages and request specs
+                    memo[id(stage)] = stage
+                    for spec in stage.requests:
+                        memo[id(spec)] = spec
+                        # Released requests get new specs (absolute arrival times) that keep
+                        # these tuples: share them, as deepcopy would walk every token.
+                        for ids in (spec.prompt_token_ids, spec.block_hashes):
+                            memo[id(ids)] = ids
+    for engine in _engines(obj):
+        for value in (engine.config, engine.cost_model):
+            memo[id(value)] = value
+        # A request that finished (or was aborted) is never changed again: share it.
+        for done in (engine.finished, engine.aborted):
+            for req in done:
+                memo[id(req)] = req
+        pool = engine.kv.pool
+        flat = (pool.ref_cnt, pool.block_hash, pool.tag, pool._next, pool._prev)
+        for lst in (*flat, engine.itl_values, engine.itl_weights):
+            memo[id(lst)] = lst.copy()
     return memo
+
+
+def _engines(obj: Any) -> list[Any]:
+    """The engines of an engine, an environment or a cluster (a Route environment's too)."""
+    from llmsched_gym.core.engine import Engine
+
+    if isinstance(obj, Engine):
+        return [obj]
+    engine = getattr(obj, "engine", None)
+    if isinstance(engine, Engine):
+        return [engine]
+    cluster = getattr(obj, "cluster", obj)
+    return [inst.engine for inst in getattr(cluster, "instances", None) or ()]
 
 
 def fork(obj: Any) -> Any:
     """A copy of an engine, cluster or environment that continues exactly as ``obj`` would.
 
-    Workload specs, scenario, cost model and engine configuration are shared (they are never
-    mutated); everything that changes as the run goes on (requests, queues, KV blocks, clocks,
-    records, random generators, reward ledgers) is copied.
-
-    Raises:
-        ConfigError: ``obj`` is an environment waiting inside an engine step (Preempt's victim
-            choice runs within vLLM's packing loop, a suspended generator that cannot be copied);
-            fork it at a step boundary, or replay it (``counterfactual`` does).
+    Workload specs, scenario, cost model, engine configuration, the spaces and the requests that
+    already finished are shared (they are never changed again); everything that changes as the
+    run goes on (live requests, queues, KV blocks, clocks, records, random generators, reward
+    ledgers) is copied. An environment forks at any decision,
+    inside an engine step too (Preempt's victim choice, Select's picks). ``obj`` may be a tuple,
+    copied together: an environment and an agent that keeps references into it (a router bound
+    to the environment's cluster) stay bound in the copy.
     """
-    try:
-        return copy.deepcopy(obj, _shared(obj))
-    except TypeError as exc:
-        if "generator" not in str(exc):
-            raise
-        raise ConfigError(
-            f"cannot fork {type(obj).__name__} here: it is waiting inside an engine step (a "
-            "suspended packing loop cannot be copied); fork at a step boundary or replay the "
-            "run to this decision"
-        ) from None
+    return copy.deepcopy(obj, _shared(obj))
 
 
 @dataclass
@@ -117,28 +148,6 @@ def _alternatives(env: Any) -> list[int]:
     if masks is not None:
         return [int(a) for a in np.flatnonzero(masks())]
     return list(range(int(env.action_space.n)))
-
-
-def _fork_pair(
-    env: Any, agent: Any, make_env: Any, decision: str, policy: str, seed: int, i: int
-) -> tuple[Any, Any]:
-    """The environment and agent as they are at decision ``i``, copied.
-
-    The agent is copied with the environment: routers and policies keep state (round-robin's
-    turn, a scheduler's estimates) that must continue as well. Where the environment cannot be
-    copied mid-step (Preempt), the run is replayed to decision ``i`` instead: the engine is
-    deterministic, so the replay is the same state.
-    """
-    try:
-        return copy.deepcopy((env, agent), _shared(env))
-    except TypeError as exc:
-        if "generator" not in str(exc):
-            raise
-    env2, agent2 = make_env(), _make_agent(decision, policy)
-    env2.reset(seed=seed)
-    for _ in range(i):
-        env2.step(agent2.act(env2))
-    return env2, agent2
 
 
 def _rollout_return(env: Any, agent: Any, first: Any, horizon: int | None) -> float:
@@ -195,10 +204,7 @@ def counterfactual(
 
     env_class = getattr(importlib.import_module(module), cls)
 
-    def make_env() -> Any:
-        return env_class(scenario=scenario, scenario_overrides=overrides or None)
-
-    env = make_env()
+    env = env_class(scenario=scenario, scenario_overrides=overrides or None)
     agent = _make_agent(decision, policy)
     # The policy's own run: how many decisions there are to sample from.
     env.reset(seed=seed)
@@ -222,7 +228,7 @@ def counterfactual(
                 alts = [int(action), *rng.choice(others, alternatives, replace=False).tolist()]
             returns = {}
             for a in dict.fromkeys([int(action), *alts]):
-                env2, agent2 = _fork_pair(env, agent, make_env, decision, policy, seed, i)
+                env2, agent2 = fork((env, agent))  # agents keep state (round-robin's turn)
                 returns[a] = _rollout_return(env2, agent2, a, horizon)
             best = max(returns, key=lambda a: (returns[a], -a))
             regret = returns[best] - returns[int(action)]

@@ -132,15 +132,38 @@ def test_counterfactual_preempt_and_bad_input():
         counterfactual("chat-azure-conv-4x-v0", "round-robin", "admit")
 
 
-def test_fork_inside_an_engine_step_is_a_clear_error():
-    env = gym.make(
-        "llmsched/Preempt-ChatSharegptOverload-v0",
+def test_fork_inside_an_engine_step_continues_like_a_replay():
+    # Preempt decides inside vLLM's packing loop (the engine step is half packed): a fork there
+    # continues exactly as the original and as a fresh run given the same actions.
+    kwargs = dict(
         scenario_overrides={
             "workload.num_requests": 120,
             "workload.rate_per_s": 2.0,
             "engine.num_gpu_blocks": 1025,
-        },
-    ).unwrapped
+        }
+    )
+    env = gym.make("llmsched/Preempt-ChatSharegptOverload-v0", **kwargs).unwrapped
     env.reset(seed=0)
-    with pytest.raises(ConfigError, match="waiting inside an engine step"):
-        fork(env)
+    before = _trajectory(env, 0, 5)
+    assert len(before) == 5 and env.requester is not None  # waiting for a victim mid-step
+    copy = fork(env)
+    expected = _trajectory(env, 5, 40)
+    assert len(expected) > 10 and _trajectory(copy, 5, 40) == expected
+    fresh = gym.make("llmsched/Preempt-ChatSharegptOverload-v0", **kwargs).unwrapped
+    fresh.reset(seed=0)
+    assert _trajectory(fresh, 0, 45) == before + expected
+    # To the end: the fork shares the requests that had finished with the original, which went
+    # on; its records are still a fresh run's.
+    for e in (env, copy, fresh):
+        if not e._ended:
+            _trajectory(e, 45, 10_000)
+    assert _records(copy.engine) == _records(fresh.engine)
+    assert len(_records(fresh.engine)) == 120
+
+
+def _records(engine):
+    return sorted(
+        (r.request_id, r.arrival_time, r.first_token_time, r.finish_time, r.num_preemptions,
+         r.num_output_tokens, r.num_cached_tokens)
+        for r in engine.finished
+    )  # fmt: skip

@@ -10,7 +10,8 @@ the ground up (a module belongs to the longest prefix listed; ARCHITECTURE.md dr
 4. policies (schedulers) and workload generators;
 5. ``simulation`` (one trace through one engine);
 6. clusters and routers;
-7. scenarios, environments, the vLLM backends, calibration, counterfactuals, benchmarks;
+7. scenarios, environments, the vLLM backends, calibration, counterfactuals and the lookahead
+   agent built on them, benchmarks;
 8. the leaderboard;
 9. the command line and the package's front door.
 
@@ -37,6 +38,7 @@ FLOORS = {
     "simulation": 5,
     "cluster": 6,
     "scenarios": 7, "envs": 7, "backends": 7, "calibration": 7, "counterfactual": 7, "bench": 7,
+    "lookahead": 7,
     "leaderboard": 8,
     "cli": 9, "__main__": 9, "_gym_hook": 9, "": 9,
 }  # fmt: skip

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -97,21 +96,22 @@ class PolicyAgent:
 
 def rollout(
     env: Any,
-    agent: PolicyAgent | RouterAgent | Callable[[Any], Any],
+    agent: Any,
     seed: int | None = None,
     max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Run one episode; returns ``{"return", "steps", "info", "terminated", "truncated"}``.
 
-    ``agent`` is a ``PolicyAgent``, a ``RouterAgent`` or a callable observation -> action (an
-    object with SB3's ``predict`` is called with ``deterministic=True`` and, where the env has
-    them, action masks).
+    ``agent`` is a ``PolicyAgent``, a ``RouterAgent``, any other object that acts on the
+    environment itself (``act(env)``, e.g. ``llmsched_gym.lookahead.LookaheadAgent``), or a
+    callable observation -> action (an object with SB3's ``predict`` is called with
+    ``deterministic=True`` and, where the env has them, action masks).
     """
     obs, info = env.reset(seed=seed)
     total, steps = 0.0, 0
     terminated = truncated = False
     while not (terminated or truncated):
-        if isinstance(agent, (PolicyAgent, RouterAgent)):
+        if isinstance(agent, (PolicyAgent, RouterAgent)) or _acts_on_env(agent):
             action = agent.act(env)
         else:
             masks_fn = getattr(env.unwrapped, "action_masks", None)
@@ -128,6 +128,11 @@ def rollout(
         "terminated": terminated,
         "truncated": truncated,
     }
+
+
+def _acts_on_env(agent: Any) -> bool:
+    """An agent that reads the environment (``act(env)``) rather than an observation."""
+    return callable(getattr(agent, "act", None)) and not hasattr(agent, "predict")
 
 
 def _call_agent(agent: Any, obs: Any, mask: np.ndarray | None) -> Any:

@@ -8,19 +8,17 @@ preempted, admits waiting requests in ``waiting_order`` while sequences and budg
 stops at the first that cannot get blocks. With the default orders, the default victim rule and
 no caps it schedules exactly what ``vllm-v1`` schedules (tests/envs/test_adapters.py).
 
-It is a generator so that an environment can ask an agent for each victim: it yields the request
-that could not get blocks and expects the victim to be sent back (``drive`` answers with a
-function instead).
+It runs as a generator does, so that an environment can ask an agent for each victim: ``next``
+returns the request that could not get blocks and ``send`` takes the victim back (``drive``
+answers with a function instead); unlike a generator it can be copied mid-step (``Packer``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Iterable
 
 from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request
-
-Packer = Generator[Request, Request, None]
 
 
 def vllm_victim(ctx: StepContext) -> Request:
@@ -50,7 +48,7 @@ def pack(
     prefill: bool = True,
     admit: bool = True,
 ) -> Packer:
-    """Pack one step's batch on ``ctx`` (a generator: yields a request that needs a victim).
+    """Pack one step's batch on ``ctx``; ``next`` on the result gives a request needing a victim.
 
     Args:
         ctx: The step's context.
@@ -64,56 +62,131 @@ def pack(
             refills).
         admit: Run phase (b).
     """
-    config = ctx.config
-    reserve = 0 if token_cap is None else max(0, config.max_num_batched_tokens - token_cap)
-    max_seqs = ctx.max_num_seqs if seq_cap is None else min(seq_cap, ctx.max_num_seqs)
-    threshold = config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
-    if running_order is None:
-        order = list(ctx.running)  # preemptions shrink ``ctx.running`` while we walk it
-    elif isinstance(running_order, (list, tuple)):
-        order = running_order
-    else:
-        order = list(running_order)
-    i = 0
-    while True:
-        # Runs of requests that get their blocks go in one call; a shortage comes back here.
-        i = ctx.schedule_in_order(
-            order, i, threshold=threshold, reserve=reserve, decode=decode, prefill=prefill
-        )
-        if i < 0:
-            break
-        req = order[i]
-        n = req.num_tokens - req.num_computed_tokens
-        if 0 < threshold < n:
-            n = threshold
-        budget = ctx.token_budget - reserve
-        if n > budget:
-            n = budget
-        preempted_self = False
-        while not ctx.schedule_running(req, n):
-            victim = yield req
-            ctx.preempt(victim)
-            if victim is req:
-                preempted_self = True
-                break
-        if preempted_self:
-            break
-        i += 1
-    if ctx.preempted or not admit:
-        return
-    waiting = ctx.waiting
-    running = ctx.running
-    if waiting_order is not None:
-        # The given order covers a prefix of the queue (the visible rows); once all of them
-        # are admitted, the rest follows in queue order.
-        for req in waiting_order:
-            if not (len(running) < max_seqs and ctx.token_budget - reserve > 0):
-                return
-            if not _try_admit(ctx, req, threshold, reserve):
-                return
-    while waiting and len(running) < max_seqs and ctx.token_budget - reserve > 0:
-        if not _try_admit(ctx, waiting.peek(), threshold, reserve):
-            return
+    return Packer(ctx, running_order, waiting_order, token_cap, seq_cap, decode, prefill, admit)
+
+
+class Packer:
+    """``pack``'s packing loop as a generator-like object that can be copied mid-step.
+
+    ``next(p)`` runs to the first request that cannot get its blocks and returns it (or raises
+    ``StopIteration`` at the end of the step); ``p.send(victim)`` preempts ``victim`` and carries
+    on. A generator function would read the same, but a suspended generator cannot be copied,
+    and ``llmsched_gym.counterfactual.fork`` copies environments that wait for a victim.
+    Nothing runs before the first ``next``, as with a generator.
+    """
+
+    __slots__ = (
+        "ctx", "running_order", "waiting_order", "token_cap", "seq_cap", "decode", "prefill",
+        "admit", "reserve", "max_seqs", "threshold", "order", "i", "req", "n", "state",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        ctx: StepContext,
+        running_order: Iterable[Request] | None,
+        waiting_order: Iterable[Request] | None,
+        token_cap: int | None,
+        seq_cap: int | None,
+        decode: bool,
+        prefill: bool,
+        admit: bool,
+    ) -> None:
+        self.ctx = ctx
+        self.running_order = running_order
+        self.waiting_order = waiting_order
+        self.token_cap = token_cap
+        self.seq_cap = seq_cap
+        self.decode = decode
+        self.prefill = prefill
+        self.admit = admit
+        self.state = 0  # 0: not started, 1: waiting for a victim for ``req``, 2: done
+        self.req: Request | None = None
+
+    def __iter__(self) -> Packer:
+        return self
+
+    def __next__(self) -> Request:
+        return self.send(None)
+
+    def send(self, victim: Request | None) -> Request:
+        """Preempt ``victim`` (None to start) and pack on; the next request that needs one."""
+        if self.state == 2:
+            raise StopIteration
+        if self.state == 0:
+            if victim is not None:
+                raise TypeError("can't send a victim to a packer that has not started")
+            self._start()
+            return self._phase_a()
+        ctx = self.ctx
+        req = self.req
+        ctx.preempt(victim)
+        if victim is req:  # a request that preempts itself ends phase (a)
+            return self._phase_b()
+        if not ctx.schedule_running(req, self.n):
+            return req
+        self.i += 1
+        return self._phase_a()
+
+    def _start(self) -> None:
+        ctx = self.ctx
+        config = ctx.config
+        token_cap, seq_cap = self.token_cap, self.seq_cap
+        self.reserve = 0 if token_cap is None else max(0, config.max_num_batched_tokens - token_cap)
+        self.max_seqs = ctx.max_num_seqs if seq_cap is None else min(seq_cap, ctx.max_num_seqs)
+        self.threshold = config.long_prefill_token_threshold if ctx.num_eligible > 1 else 0
+        running_order = self.running_order
+        if running_order is None:
+            self.order = list(ctx.running)  # preemptions shrink ``ctx.running`` while we walk it
+        elif isinstance(running_order, (list, tuple)):
+            self.order = running_order
+        else:
+            self.order = list(running_order)
+        self.i = 0
+
+    def _phase_a(self) -> Request:
+        ctx, order, threshold, reserve = self.ctx, self.order, self.threshold, self.reserve
+        i = self.i
+        while True:
+            # Runs of requests that get their blocks go in one call; a shortage comes back here.
+            i = ctx.schedule_in_order(
+                order, i, threshold=threshold, reserve=reserve, decode=self.decode,
+                prefill=self.prefill,
+            )  # fmt: skip
+            if i < 0:
+                return self._phase_b()
+            req = order[i]
+            n = req.num_tokens - req.num_computed_tokens
+            if 0 < threshold < n:
+                n = threshold
+            budget = ctx.token_budget - reserve
+            if n > budget:
+                n = budget
+            if not ctx.schedule_running(req, n):
+                self.i, self.req, self.n, self.state = i, req, n, 1
+                return req
+            i += 1
+
+    def _phase_b(self) -> Request:
+        self.state = 2
+        self.req = None
+        ctx = self.ctx
+        if ctx.preempted or not self.admit:
+            raise StopIteration
+        threshold, reserve, max_seqs = self.threshold, self.reserve, self.max_seqs
+        waiting = ctx.waiting
+        running = ctx.running
+        if self.waiting_order is not None:
+            # The given order covers a prefix of the queue (the visible rows); once all of them
+            # are admitted, the rest follows in queue order.
+            for req in self.waiting_order:
+                if not (len(running) < max_seqs and ctx.token_budget - reserve > 0):
+                    raise StopIteration
+                if not _try_admit(ctx, req, threshold, reserve):
+                    raise StopIteration
+        while waiting and len(running) < max_seqs and ctx.token_budget - reserve > 0:
+            if not _try_admit(ctx, waiting.peek(), threshold, reserve):
+                raise StopIteration
+        raise StopIteration
 
 
 def _try_admit(ctx: StepContext, req: Request, threshold: int, reserve: int) -> bool:

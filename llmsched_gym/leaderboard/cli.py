@@ -103,8 +103,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from llmsched_gym.leaderboard.tables import leaderboard_rows, markdown_table, plot_scores
 
     suite = _suite(args)
-    if args.task and args.suite:
-        raise ConfigError("give --task T or --suite quick|full, not both")
     quick = args.suite == "quick"
     if args.update and quick:
         raise ConfigError("--update writes a submission's results: it needs the full test split")
@@ -275,7 +273,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument(
         "--suite",
         choices=("quick", "full"),
-        help="every task: the quick subset (one load level each) or all test workloads",
+        help="every task (or those of --task): the quick subset (one load level each) or all "
+        "test workloads (the default with --task)",
     )
     q.add_argument(
         "--out", metavar="DIR", help="output folder (default out/leaderboard/evaluate/<policy>)"

@@ -10,7 +10,9 @@
   takes none) for every workload; it returns a ``SchedulingPolicy``, a cluster router (an
   object with ``route``), or an agent (a callable observation -> action, or an object with SB3's
   ``predict``), which the harness wraps as ``AgentPolicy`` / ``AgentRouter`` for the task's
-  environment;
+  environment. A factory that also takes ``workload`` is given the suite ``Workload`` it runs
+  (scenario and seed: every future arrival and output length), which only an oracle reference
+  may see: what it returns must say ``oracle = True`` (``llmsched_gym.leaderboard.oracle``);
 * a submission folder (``leaderboards/<task>/<method>/``) whose ``submission.yaml`` names the
   entry point.
 
@@ -82,8 +84,11 @@ class PolicyRef:
     folder: Path | None = None
     """The submission folder, when the reference is one."""
 
-    def build(self, task: Any, seed: int) -> Any:
-        """A fresh policy or router for one workload of ``task`` (a suite ``Task``)."""
+    def build(self, task: Any, seed: int, workload: Any = None) -> Any:
+        """A fresh policy or router for one workload of ``task`` (a suite ``Task``).
+
+        ``workload`` (the suite ``Workload``) goes to a factory that takes it (oracles only).
+        """
         if self.kind == "scheduler":
             from llmsched_gym.policies.registry import make_policy
 
@@ -98,24 +103,39 @@ class PolicyRef:
 
                 return make_router("random")
             return _wrap(task, RandomAgent(task.name, _TOP_K, seed), "random")
-        return _wrap(task, _call_factory(self.factory, task.name, self.spec), self.name)
+        return _wrap(task, _call_factory(self.factory, task.name, self.spec, workload), self.name)
 
 
 _TOP_K = 16
 """The environments' default ``top_k``, which entry-point agents are wrapped with."""
 
 
-def _call_factory(factory: Callable[..., Any], task: str, spec: str) -> Any:
+def _call_factory(factory: Callable[..., Any], task: str, spec: str, workload: Any = None) -> Any:
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
+    kwargs: dict[str, Any] = {"task": task} if "task" in params else {}
+    sees_workload = "workload" in params
+    if sees_workload:
+        if workload is None:
+            raise ConfigError(
+                f"policy {spec}: the factory takes a workload; it runs only in the leaderboard "
+                "harness, which passes the workload it evaluates"
+            )
+        kwargs["workload"] = workload
     try:
-        return factory(task=task) if "task" in params else factory()
+        obj = factory(**kwargs)
     except ConfigError:
         raise
     except Exception as exc:
         raise ConfigError(f"policy {spec}: the factory raised {type(exc).__name__}: {exc}") from exc
+    if sees_workload and getattr(obj, "oracle", False) is not True:
+        raise ConfigError(
+            f"policy {spec}: the factory takes the workload (future arrivals, true output "
+            "lengths), so what it returns is an oracle and must say oracle = True"
+        )
+    return obj
 
 
 def _wrap(task: Any, obj: Any, name: str) -> Any:

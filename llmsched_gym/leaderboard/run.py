@@ -123,7 +123,7 @@ def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str
     row["tail_metric"] = task.tail_metric
     t0 = time.perf_counter()
     try:
-        policy = ref.build(task, workload.seed)
+        policy = ref.build(task, workload.seed, workload)
         row["oracle"] = bool(getattr(policy, "oracle", False))
         scenario = workload.scenario()
         with _deadline(suite.workload_limit_s):

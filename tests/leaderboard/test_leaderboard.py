@@ -314,6 +314,10 @@ def test_cli_list_evaluate_show(tmp_path):
     out = cli("evaluate", "random", "--task", "Knob", "--quiet", "--out", "res")
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "res" / "results.csv").is_file() and (tmp_path / "res" / "scores.png").is_file()
+    out = cli("evaluate", "random", "--task", "Knob", "--suite", "quick", "--quiet", "--out", "q")
+    assert out.returncode == 0, out.stderr  # the quick subset of one task: one level
+    rows = read_results(tmp_path / "q" / "results.csv")
+    assert {r["scenario"] for r in rows} == {"arxiv-knee"} and len(rows) == 8
     out = cli("show", "--task", "Priority", "--out", "shown")
     assert out.returncode == 0, out.stderr
     assert "| rank | method |" in out.stdout and (tmp_path / "shown" / "priority.md").is_file()
