@@ -91,3 +91,32 @@ def test_action_net_is_identity_and_log_std_is_shared():
     names = {id(p) for p in policy.parameters()}
     assert all(id(p) in names for g in policy.optimizer.param_groups for p in g["params"])
     assert len({id(p) for g in policy.optimizer.param_groups for p in g["params"]}) == len(names)
+
+
+def test_priority_gaussian_ignores_padding_rows_and_sde_holds_its_noise():
+    """Only visible rows count in the log-probability; gSDE keeps one perturbation until reset."""
+    from stable_baselines3 import PPO
+
+    env = gym.make(
+        "llmsched/Priority-ChatSharegptOverload-v0",
+        scenario_overrides={"workload.num_requests": 60},
+    )
+    obs, _ = env.reset(seed=0)
+    o = {k: torch.as_tensor(np.asarray(v))[None] for k, v in obs.items()}
+    o["mask"] = o["mask"].clone()
+    o["mask"][0, 3:] = 0  # rows 3.. are padding
+    for use_sde in (False, True):
+        model = PPO(RowScorePolicy, env, n_steps=16, batch_size=16, seed=0, use_sde=use_sde)
+        policy = model.policy
+        with torch.no_grad():
+            dist = policy.get_distribution(o)
+            a = dist.sample()
+            b = a.clone()
+            b[0, 3:] += 5.0  # moving padding rows' scores changes nothing
+            torch.testing.assert_close(dist.log_prob(a), dist.log_prob(b))
+            if use_sde:
+                torch.testing.assert_close(policy.get_distribution(o).sample(), a)
+                policy.reset_noise(1)
+                assert not torch.allclose(policy.get_distribution(o).sample(), a)
+    with pytest.raises(ValueError, match="exploration='sde' needs use_sde=True"):
+        PPO(RowScorePolicy, env, policy_kwargs={"exploration": "sde"})
