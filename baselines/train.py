@@ -362,6 +362,11 @@ def summarize(cfg: dict[str, Any], per_seed: dict[int, list[dict[str, Any]]], ou
     return text
 
 
+def _finished(folder: Path) -> bool:
+    """Whether a seed folder holds a finished run: its training record and its test results."""
+    return (folder / "train.json").is_file() and (folder / "results.csv").is_file()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train every seed, evaluate, summarise; 2 on a bad config."""
     p = argparse.ArgumentParser(
@@ -379,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--no-eval", action="store_true", help="train and save only; skip the test evaluation"
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="read a seed whose folder already holds train.json and results.csv instead of"
+        " retraining it (to add seeds to a stopped or partial run's summary)",
+    )
     args = p.parse_args(argv)
     try:
         cfg = load_config(args.config)
@@ -389,6 +400,13 @@ def main(argv: list[str] | None = None) -> int:
         per_seed = {}
         for seed in args.seeds:
             folder = out / f"seed{seed}"
+            if args.resume and not args.no_eval and _finished(folder):
+                from llmsched_gym.leaderboard.submission import read_results
+
+                per_seed[seed] = read_results(folder / "results.csv")
+                print(f"seed {seed}: read {folder}/results.csv (--resume)", file=sys.stderr)
+                text = summarize(cfg, per_seed, out)
+                continue
             record = train_one(cfg, seed, folder, timesteps)
             print(
                 f"seed {seed}: {record['timesteps']:,} steps, {record['episodes']} episodes, "

@@ -103,3 +103,27 @@ def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     assert (tmp_path / "seed0" / "learning_curve.png").stat().st_size > 0
     header = (tmp_path / "seed0" / "learning_curve.csv").read_text().splitlines()[0]
     assert header == "env,timesteps,return"
+
+
+def test_resume_reads_finished_seeds_instead_of_retraining(tmp_path, capsys) -> None:
+    """--resume summarises a committed seed's results without training it again."""
+    import shutil
+
+    train = _train()
+    committed = ROOT / "results" / "maskable-ppo-select" / "seed0"
+    shutil.copytree(committed, tmp_path / "seed0")
+    code = train.main(
+        [
+            str(ROOT / "configs" / "maskable-ppo-select.yaml"),
+            "--seeds",
+            "0",
+            "--resume",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    assert "read" in capsys.readouterr().err
+    summary = (tmp_path / "summary.md").read_text()
+    assert "maskable-ppo-select seed 0 | 1.140" in summary
+    assert not (tmp_path / "seed0" / "model.zip").exists()  # nothing was trained
