@@ -211,7 +211,7 @@ SB3_POLICY_PY = '''"""The {method} submission: an SB3 {name} policy for the {tas
 
 {name}: {citation}.
 ``make`` loads ``model.zip`` next to this file (written by
-``python baselines/{script} --suite {suite}``)
+``{command}``)
 on the CPU. The harness calls the model's ``predict`` with ``deterministic=True`` (and the
 action masks where the task has them), wrapped as ``AgentPolicy(<the {task} env>, model)``.
 """
@@ -242,13 +242,14 @@ def write_sb3_submission(
     algorithm: type,
     citation: str,
     task: str,
-    script: str,
+    command: str,
     suite: str,
     training: str,
     work_conserving: bool = False,
 ) -> None:
     """``policy.py`` (loading ``model.zip`` beside it) and ``submission.yaml`` of an SB3 agent.
 
+    ``command``: the command line that trained it (quoted in ``policy.py``'s docstring).
     ``work_conserving``: the model was trained on Select with ``work_conserving=True``; the
     policy applies the same masks on the default task (``WorkConservingAgent``).
     """
@@ -260,7 +261,7 @@ def write_sb3_submission(
         name=name,
         citation=citation,
         task=task,
-        script=script,
+        command=command,
         suite=suite,
         module=algorithm.__module__.split(".")[0],
     )
@@ -390,7 +391,7 @@ def train_sb3_on_suite(
         algorithm=algorithm,
         citation=citation,
         task=task,
-        script=script,
+        command=f"python baselines/{script} --suite {suite.version}",
         suite=suite.version,
         training=(
             f"{name} ({citation}; SB3 MultiInputPolicy, {arch} MLPs), "

@@ -221,7 +221,7 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
         algorithm=algorithm,
         citation=CITATIONS[name],
         task=cfg["task"],
-        script=f"train.py baselines/configs/{cfg['name']}.yaml",
+        command=f"python baselines/train.py baselines/configs/{cfg['name']}.yaml --seeds {seed}",
         suite=suite.version,
         work_conserving=cfg["work_conserving"],
         training=(

@@ -100,6 +100,7 @@ def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     assert sub.task == cfg["task"]
     policy_py = (tmp_path / "seed0" / "policy.py").read_text()
     assert ("WorkConservingAgent(" in policy_py) == cfg["work_conserving"]
+    assert f"python baselines/train.py baselines/configs/{name}.yaml --seeds 0" in policy_py
     assert (tmp_path / "seed0" / "learning_curve.png").stat().st_size > 0
     header = (tmp_path / "seed0" / "learning_curve.csv").read_text().splitlines()[0]
     assert header == "env,timesteps,return"
