@@ -21,6 +21,7 @@ import numpy as np
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.metrics._atomic import atomic_output
 from llmsched_gym.metrics.columns import DERIVED_REQUEST_COLUMNS, RequestColumn, StepColumn
+from llmsched_gym.metrics.slo import slo_outcome
 
 __all__ = [
     "FLOAT_REQUEST_COLUMNS",
@@ -29,7 +30,6 @@ __all__ = [
     "derived_request_columns",
     "request_columns",
     "request_table",
-    "slo_outcome",
     "spec_columns",
     "step_table",
     "write_table",
@@ -120,31 +120,6 @@ def request_columns(
         RC.PREFILL_INSTANCE_ID.value: [instance_id] * len(reqs),
         RC.KV_TRANSFER_S.value: [None] * len(reqs),
     }
-
-
-def slo_outcome(
-    ttft_s: np.ndarray,
-    tpot_s: np.ndarray,
-    finish_time_s: np.ndarray,
-    slo_ttft_s: np.ndarray,
-    slo_tpot_s: np.ndarray,
-    deadline_s: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (met, has_slo) per request; a NaN SLO or deadline means "none".
-
-    A request meets its SLOs when it finished, ``ttft < slo_ttft`` (strict), ``tpot < slo_tpot``
-    (strict; a NaN tpot, i.e. a single output token, counts as met) and
-    ``finish <= deadline``, each only where set.
-    """
-    finished = ~np.isnan(finish_time_s)
-    no_ttft, no_tpot, no_deadline = np.isnan(slo_ttft_s), np.isnan(slo_tpot_s), np.isnan(deadline_s)
-    with np.errstate(invalid="ignore"):
-        ttft_ok = no_ttft | (ttft_s < slo_ttft_s)
-        tpot_ok = no_tpot | (tpot_s < slo_tpot_s) | np.isnan(tpot_s)
-        deadline_ok = no_deadline | (finish_time_s <= deadline_s)
-    met = finished & ttft_ok & tpot_ok & deadline_ok
-    has_slo = ~(no_ttft & no_tpot & no_deadline)
-    return met, has_slo
 
 
 def derived_request_columns(

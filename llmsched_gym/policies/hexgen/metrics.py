@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.metrics.slo import latency_slo_met
 
 __all__ = ["drain_bound_s", "hexgen_base_slo", "hexgen_metrics", "slo_attainment"]
 
@@ -37,11 +38,17 @@ def hexgen_base_slo(cost_models: Sequence[Any], trace: str = "trace3") -> float:
 
 
 def slo_attainment(latencies: np.ndarray, base_s: float, scales: np.ndarray) -> np.ndarray:
-    """Fraction of queries with latency <= scale * base, per scale (NaN latency = miss)."""
+    """Fraction of queries meeting an end-to-end SLO of ``scale * base``, per scale.
+
+    The job rule of the records (``metrics.slo.latency_slo_met``: latency <= SLO); an
+    unfinished query (NaN latency) misses.
+    """
     lat = np.nan_to_num(np.asarray(latencies, dtype=np.float64), nan=np.inf)
     if lat.size == 0:
         return np.zeros(len(scales))
-    return np.array([(lat <= s * base_s).mean() for s in np.asarray(scales)], dtype=np.float64)
+    return np.array(
+        [latency_slo_met(lat, s * base_s).mean() for s in np.asarray(scales)], dtype=np.float64
+    )
 
 
 def _min_scale(latencies: np.ndarray, base_s: float, target: float) -> float:
