@@ -43,6 +43,9 @@ off).
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
 from llmsched_gym.core.request import Request, RequestStatus
@@ -112,6 +115,13 @@ class SlideBatchingPolicy(SchedulingPolicy):
         self.est = estimator
         self._last: tuple[float, float] | None = None
         self.last_partition: dict[str, str] = {}
+        self.record_fill = False
+        """Keep ``last_fill`` (for probes such as ``leaderboards/proserve/knee_probe.py``)."""
+        self.last_fill: dict[str, Any] = {}
+        """With ``record_fill``, the last step's ``t_budget``, why the fill loop ended
+        (``end``: ``queue-exhausted``, ``t_budget``, ``token_budget``, ``min_chunk``,
+        ``no-victim``; ``empty`` for an empty queue) and how often it skipped a request, by
+        reason (``skips``)."""
 
     def queue_policy(self, config: EngineConfig) -> str:
         """FCFS queue (the policy orders everything itself)."""
@@ -243,6 +253,8 @@ class SlideBatchingPolicy(SchedulingPolicy):
                 est.observe(now - start, predicted)
         queue = list(ctx.running) + list(ctx.waiting)
         if not queue:
+            if self.record_fill:
+                self.last_fill = {"t_budget": math.nan, "end": "empty", "skips": {}}
             return
         if self.wp_mode == "dataset":
             self._update_wp(queue)
@@ -255,11 +267,14 @@ class SlideBatchingPolicy(SchedulingPolicy):
         pos = {r: i for i, r in enumerate(order)}
         admit_ok = True
         xmix = self.memory == "xllm-mix"
+        skips: dict[str, int] | None = {} if self.record_fill else None
+        end = "queue-exhausted"
         for r in order:
             # The first request always gets its chance: when one step's fixed cost t_c alone
             # exceeds t_budget (steps of >= eta = 0.65 x TPOT SLO, e.g. 0.05 s steps for a late
             # one-token request), breaking here would schedule nothing, forever.
             if (t_batch >= t_budget and t_batch > est.t_c) or ctx.token_budget <= 0:
+                end = "t_budget" if t_batch >= t_budget and t_batch > est.t_c else "token_budget"
                 break
             if r.status is not RequestStatus.RUNNING and r not in ctx.waiting:
                 continue  # preempted earlier in this step
@@ -270,9 +285,13 @@ class SlideBatchingPolicy(SchedulingPolicy):
                 m = r.num_computed_tokens
             else:
                 if not admit_ok or len(running) >= ctx.max_num_seqs:
+                    if skips is not None:
+                        skips["admit-closed"] = skips.get("admit-closed", 0) + 1
                     continue
                 if not xmix and 1.0 - ctx.num_free_blocks / usable >= self.kv_threshold:
                     admit_ok = False
+                    if skips is not None:
+                        skips["kv_threshold"] = skips.get("kv_threshold", 0) + 1
                     continue
                 hit = ctx.lookup(r)
                 m = hit[1]
@@ -280,12 +299,15 @@ class SlideBatchingPolicy(SchedulingPolicy):
             if left == 1:
                 cost = est.decode(m)
                 if t_batch + cost > t_budget and t_batch > est.t_c:
+                    if skips is not None:
+                        skips["decode-over-budget"] = skips.get("decode-over-budget", 0) + 1
                     continue
                 n = 1
             else:
                 c = est.max_chunk(m, t_budget - t_batch, min(left, ctx.token_budget))
                 if c < left and c <= self.min_chunk:
                     if t_batch > est.t_c:
+                        end = "min_chunk"
                         break
                     c = min(left, ctx.token_budget, max(c, self.min_chunk))  # ensure progress
                 n = c
@@ -293,17 +315,25 @@ class SlideBatchingPolicy(SchedulingPolicy):
             if r.status is RequestStatus.RUNNING:
                 if not self._run_or_preempt(ctx, r, n, order, pos):
                     if xmix:
+                        end = "no-victim"
                         break  # MixScheduler: a failure with no victim ends the batch
+                    if skips is not None:
+                        skips["run-blocked"] = skips.get("run-blocked", 0) + 1
                     continue
             elif xmix:
                 if not self._admit_or_preempt(ctx, r, n, pos):
+                    end = "no-victim"
                     break
             else:
                 if ctx.admit(r, n, hit=hit) is None:
                     admit_ok = False
+                    if skips is not None:
+                        skips["admit-refused"] = skips.get("admit-refused", 0) + 1
                     continue
             t_batch += cost
         self._last = (now, t_batch)
+        if skips is not None:
+            self.last_fill = {"t_budget": t_budget, "end": end, "skips": skips}
 
     def _admit_or_preempt(self, ctx: StepContext, r: Request, n: int, pos: dict) -> bool:
         """``memory="xllm-mix"``: allocate the chunk only; on failure preempt from the tail."""
