@@ -95,8 +95,9 @@ def pack(
     config = ctx.config
     reserve = 0 if token_cap is None else max(0, config.max_num_batched_tokens - token_cap)
     threshold = config.prefill_cap(ctx.num_eligible)
-    if running_order is None:
-        order = list(ctx.running)  # preemptions shrink ``ctx.running`` while we walk it
+    live = running_order is None
+    if live:
+        order = ctx.running  # walked as is until the first shortage, then as a snapshot
     elif isinstance(running_order, (list, tuple)):
         order = running_order
     else:
@@ -109,6 +110,9 @@ def pack(
         )
         if i < 0:
             break
+        if live:  # preemptions will shrink ``ctx.running``: walk a copy from here on
+            order = list(order)
+            live = False
         req = order[i]
         n = req.num_tokens - req.num_computed_tokens
         if 0 < threshold < n:
