@@ -301,6 +301,19 @@ def test_tuned_router_initial_tuning_and_trigger():
     assert all(e.reason == "regression" and e.p_value < 0.01 for e in router.events[1:])
 
 
+def test_tuned_router_by_name_gets_the_cluster_runner():
+    from llmsched_gym.cluster.cluster import Cluster
+    from llmsched_gym.policies.hexgen import HexGenTunedRouter
+
+    insts = [InstanceSpec("a", "constant:0.01", {"num_gpu_blocks": 20000})]
+    cluster = Cluster(insts, "hexgen-wb-tuned")
+    assert isinstance(cluster.router, HexGenTunedRouter)
+    assert cluster.router._run_cluster is run_cluster  # bound before reset, never imported
+    loose = HexGenTunedRouter()
+    with pytest.raises(ConfigError, match="bind_runner"):
+        loose.replay_mean_latency([], 0.0)
+
+
 # -- Hexgen-Flow's engine step (serial_prefill) --------------------------------------------------
 
 
