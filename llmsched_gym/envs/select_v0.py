@@ -10,7 +10,7 @@ from gymnasium import spaces
 from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_discrete
-from llmsched_gym.envs.packing import vllm_victim
+from llmsched_gym.policies.vllm_v1 import vllm_victim
 from llmsched_gym.errors import ConfigError
 
 SCHEDULED, PREEMPTED_SELF, BLOCKED = "scheduled", "preempted_self", "blocked"

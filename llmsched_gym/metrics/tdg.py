@@ -36,6 +36,7 @@ import numpy as np
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
 from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.metrics.slo import has_slo, request_slo_met
 
 __all__ = [
     "TDGCollector",
@@ -86,11 +87,16 @@ def ideal_gain(num_output: np.ndarray, weight: np.ndarray, wp: float, wd: float)
 
 
 def slo_attainment(table: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Per-request SLO met (TTFT < SLO and TPOT < SLO, strict) from a request table.
+    """Per-request SLO met, the records' rule (``metrics.slo``), from a request table.
+
+    A request counts as met when it has an SLO and meets it (TTFT < SLO and TPOT < SLO, strict;
+    ``finish <= deadline_s`` where the table has deadlines); a request without any SLO counts as
+    missed, so the mean over the table is the attainment of tables whose requests all have SLOs
+    (ProServe's).
 
     Args:
         table: Per-request columns (``RequestColumn`` names): arrival, first token and finish
-            times, output tokens and the SLO columns.
+            times, output tokens and the SLO columns (``deadline_s`` optional).
 
     Returns:
         Boolean array, one per request.
@@ -101,8 +107,14 @@ def slo_attainment(table: Mapping[str, np.ndarray]) -> np.ndarray:
     n = np.asarray(table["num_output_tokens"], dtype=float)
     s1 = np.asarray(table["slo_ttft_s"], dtype=float)
     s2 = np.asarray(table["slo_tpot_s"], dtype=float)
-    tpot = np.where(n > 1, (tn - t1) / np.maximum(n - 1, 1), 0.0)
-    return ((t1 - a) < s1) & ((n <= 1) | (tpot < s2))
+    d = (
+        np.asarray(table["deadline_s"], dtype=float)
+        if "deadline_s" in table
+        else np.full_like(a, np.nan)
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(n > 1, (tn - t1) / (n - 1), np.nan)
+    return request_slo_met(t1 - a, tpot, tn, s1, s2, d) & has_slo(s1, s2, d)
 
 
 def tdg_uniform(

@@ -9,8 +9,8 @@ from llmsched_gym.metrics.columns import Metric
 from llmsched_gym.metrics.io import write_frame
 from llmsched_gym.metrics.records import frame_from_table, requests_frame
 from llmsched_gym.metrics.summary import summarize, summary_values
-from llmsched_gym.metrics.table import request_table, write_table
-from llmsched_gym.simulation import request_columns, simulate
+from llmsched_gym.metrics.table import request_columns, request_table, write_table
+from llmsched_gym.simulation import simulate
 
 
 def _run():
