@@ -16,7 +16,7 @@ the ground up (a module belongs to the longest prefix listed; ARCHITECTURE.md dr
 
 ``KNOWN_DEBT`` lists the upward imports that exist today, each to be removed by issue 25 (a
 paper's scheduler that simulates to calibrate itself, HexGen's policy and router split across
-floors, a metric written as a policy, the engine's default policy). The test fails on any
+floors, a metric written as a policy). The test fails on any
 other upward import, and on a debt entry that no longer exists (so the list only shrinks).
 """
 
@@ -43,7 +43,6 @@ FLOORS = {
 """Module (dotted, without ``llmsched_gym.``; "" is the package's ``__init__``) -> floor."""
 
 KNOWN_DEBT = {
-    ("core.engine", "policies.vllm_v1"),  # the engine's default policy (issue 25 item 1)
     ("metrics.tdg", "core.engine"),  # TDG's token timeline is a policy, not a listener (item 1)
     ("policies.hexgen", "cluster.hexgen"),  # HexGen in three files across floors (item 2)
     ("policies.hexgen_tuning", "cluster.hexgen"),
