@@ -16,8 +16,8 @@ the ground up (a module belongs to the longest prefix listed; ARCHITECTURE.md dr
 
 ``KNOWN_DEBT`` lists the upward imports that exist today, each to be removed by issue 25 (a
 paper's scheduler that simulates to calibrate itself, HexGen's policy and router split across
-floors, a metric written as a policy). The test fails on any
-other upward import, and on a debt entry that no longer exists (so the list only shrinks).
+floors). The test fails on any other upward import, and on a debt entry that no longer exists
+(so the list only shrinks).
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ FLOORS = {
 """Module (dotted, without ``llmsched_gym.``; "" is the package's ``__init__``) -> floor."""
 
 KNOWN_DEBT = {
-    ("metrics.tdg", "core.engine"),  # TDG's token timeline is a policy, not a listener (item 1)
     ("policies.hexgen", "cluster.hexgen"),  # HexGen in three files across floors (item 2)
     ("policies.hexgen_tuning", "cluster.hexgen"),
     ("policies.hexgen_tuning", "cluster.routers"),
