@@ -91,7 +91,7 @@ class PendingStretch:
         """Blocks the stretch's first ``steps`` steps allocate."""
         if self.rooms is None:  # the requests' blocks do not change while it is pending
             self.rooms = block_rooms(self.running, self.bs)
-        return allocations(self.rooms, self.bs, steps)
+        return count_allocations(self.rooms, self.bs, steps)
 
 
 def block_rooms(running: list[Request], bs: int) -> list[int]:
@@ -99,8 +99,8 @@ def block_rooms(running: list[Request], bs: int) -> list[int]:
     return [len(r.blocks) * bs - r.num_computed_tokens for r in running]
 
 
-@cython.locals(bs=cython.long, k=cython.long, total=cython.long, o=cython.long)
-def allocations(offsets: list[int], bs: int, k: int) -> int:
+@cython.locals(total=cython.long, o=cython.long)
+def count_allocations(offsets: list[int], bs: int, k: int) -> int:
     """Blocks allocated in steps [0, k) by requests allocating at steps o_i, o_i + bs, ..."""
     total = 0
     for o in offsets:
@@ -109,25 +109,29 @@ def allocations(offsets: list[int], bs: int, k: int) -> int:
     return total
 
 
+@cython.locals(lo=cython.long, hi=cython.long, mid=cython.long)
 def max_steps_within_blocks(offsets: list[int], bs: int, free: int, k_max: int) -> int:
     """Largest k <= k_max such that block allocations in steps [0, k) number at most ``free``.
 
     Request i allocates at steps o_i, o_i + bs, ...: ``ceil((k - o_i) / bs)`` of them before k.
     """
     # Nobody allocates more than ceil(k / bs) blocks in k steps: plenty of free blocks is O(1).
-    if len(offsets) * ((k_max + bs - 1) // bs) <= free or allocations(offsets, bs, k_max) <= free:
+    if (
+        len(offsets) * ((k_max + bs - 1) // bs) <= free
+        or count_allocations(offsets, bs, k_max) <= free
+    ):
         return k_max
-    lo, hi = 0, k_max  # allocations(lo) <= free < allocations(hi)
+    lo, hi = 0, k_max  # count_allocations(lo) <= free < count_allocations(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if allocations(offsets, bs, mid) <= free:
+        if count_allocations(offsets, bs, mid) <= free:
             lo = mid
         else:
             hi = mid
     return lo
 
 
-@cython.locals(n=cython.long, bs=cython.long, free=cython.long, k=cython.long)
+@cython.locals(n=cython.long)
 def steps_within_blocks(
     running: list[Request], bs: int, free: int, k: int, rooms: list[int] | None = None
 ) -> int:
@@ -144,7 +148,6 @@ def steps_within_blocks(
     )
 
 
-@cython.locals(kv=KVCacheManager)
 def head_fits(kv: KVCacheManager, head: Request) -> bool:
     """Whether the waiting queue's head would get blocks if admitted now (no side effects).
 
@@ -169,7 +172,7 @@ def stretch_end(pending: list, next_arrival: int, cancels: list) -> float:
     return t_arr
 
 
-@cython.locals(n=cython.long, k=cython.long, free=cython.long, ev=cython.long, j=cython.long)
+@cython.locals(ev=cython.long, j=cython.long)
 def free_after_steps(events: list[int], n: int, k: int, free: int) -> list[int]:
     """Free blocks after each of ``k`` steps' allocations (sorted events ``step * n + pos``)."""
     out: list[int] = []
@@ -182,7 +185,6 @@ def free_after_steps(events: list[int], n: int, k: int, free: int) -> list[int]:
     return out
 
 
-@cython.locals(pool=BlockPool, n=cython.long)
 def place_blocks(pool: BlockPool, running: list[Request], events: list[int], n: int) -> None:
     """Give each allocation event (``step * n + pos``, sorted) its block, as stepping would.
 
@@ -262,7 +264,7 @@ def try_fast_forward(eng: Engine) -> bool:
     return True
 
 
-@cython.locals(eng="Engine", plan=PendingStretch, j=cython.long, n=cython.long)
+@cython.locals(plan=PendingStretch, j=cython.long, n=cython.long)
 def continue_stretch(eng: Engine, until: float) -> bool:
     """``advance`` with a pending stretch: price its next steps that start before ``until``.
 
@@ -289,11 +291,9 @@ def continue_stretch(eng: Engine, until: float) -> bool:
 
 
 @cython.locals(
-    eng="Engine",
     req=Request,
     n=cython.long,
     bs=cython.long,
-    k=cython.long,
     stride=cython.long,
     end=cython.long,
     pos=cython.long,
@@ -392,7 +392,6 @@ def advance_decode_stretch(
     eng._unsampled = eng._unsampled_preemptions = 0  # decode stretches sample
 
 
-@cython.locals(eng="Engine")
 def _log_stretch(
     eng: Engine,
     k: int,
