@@ -211,8 +211,8 @@ class Engine:
         at ``until`` without touching the requests: the clock moves, and the next ``advance``
         continues the same stretch. Everything that reads or changes the rest of the state
         (``running``, ``kv``, ``step``, ``enqueue``...) applies it first; the result is the
-        state stepping would have reached. ``num_steps``, ``itl_values`` and step records lag
-        until then.
+        state stepping would have reached. ``num_steps``, ``itl_values``, step records and the
+        token listeners lag until then (listeners then hear each step's tokens with its time).
         """
         plan = self._plan
         if plan is None:

@@ -4,7 +4,7 @@ A stretch is a run of steps whose schedule provably cannot change: every running
 decodes one token per step, none finishes before the last step, no waiting request can be
 admitted (the head does not fit now, and during the stretch free blocks only shrink while its
 need only grows), no block allocation fails, and no arrival or cancel comes before the last
-step starts. The synchronous engine (``Engine._try_fast_forward``) and the async loop
+step starts. The synchronous engine (``try_fast_forward`` below) and the async loop
 (``AsyncLoop._try_stretch``) find their stretches with the helpers here, price them with
 ``StepPricer.decode_series`` (the same floats as stepping), and apply them to their requests;
 the schedule log, step records and listeners then see every step as if it had been stepped.
