@@ -924,14 +924,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         return live_cli.run_calibrate_vllm(args)
     if args.backend != "torch":
         raise ConfigError(f"calibrate: unknown backend {args.backend!r}")
-    from llmsched_gym.cost import torch_fit
+    from llmsched_gym.calibration import torch_fit
     from llmsched_gym.cost.registry import profile_file_stem
 
     out = Path(args.out)
     if args.from_dir:
         folders = [Path(d) for d in args.from_dir]
     else:
-        from llmsched_gym.cost import torch_profile
+        from llmsched_gym.calibration import torch_profile
 
         torch = torch_profile._import_torch()
         folders = []
@@ -1192,8 +1192,8 @@ def _add_calibrate_parsers(sub: Any) -> None:
         help="what to measure: a random-weight model's operators with PyTorch, or a live vLLM "
         "engine (default torch)",
     )
+    from llmsched_gym.calibration import torch_profile
     from llmsched_gym.cli import live as live_cli
-    from llmsched_gym.cost import torch_profile
 
     torch_profile.add_arguments(p)
     live_cli.add_calibrate_vllm_args(p)

@@ -300,6 +300,10 @@ class VllmV1Policy(SchedulingPolicy):
             )
         self.preemption_rule = preemption_rule
 
+    def is_vllm_v1(self) -> bool:
+        """True for this class only: a subclass changes vLLM's rules."""
+        return type(self) is VllmV1Policy
+
     def victim_key(self, req) -> tuple:
         """Priority-policy preemption order: the max is preempted (vLLM: priority, arrival)."""
         return (req.priority, req.arrival_time)

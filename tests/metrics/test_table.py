@@ -103,7 +103,7 @@ def test_simulate_out_writes_records_without_pandas(tmp_path) -> None:
         f"'--out', {str(tmp_path / 'o')!r}])\n"
         "assert rc == 0, rc\n"
         "print(sorted(m for m in ('pandas', 'gymnasium', 'matplotlib', 'tokenizers', "
-        "'llmsched_gym.leaderboard', 'llmsched_gym.cost.torch_profile') if m in sys.modules))\n"
+        "'llmsched_gym.leaderboard', 'llmsched_gym.calibration.torch_profile') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
