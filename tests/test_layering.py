@@ -210,3 +210,32 @@ def test_known_circles_still_exist() -> None:
     found = circles()
     gone = [sorted(k) for k in KNOWN_CIRCLES if not any(c <= k for c in found)]
     assert not gone, f"broken, so drop them from KNOWN_CIRCLES: {gone}"
+
+
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 100
+SHORT_FUNCTION_PACKAGES = ("core", "policies", "envs")
+
+
+def test_long_modules_say_why() -> None:
+    """A module over 800 lines states at its top why it is one module (a ``Size:`` paragraph)."""
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if not any(line.startswith("Size:") for line in doc.splitlines()):
+                unexplained.append(f"{path.relative_to(PACKAGE)} ({text.count(chr(10))} lines)")
+    assert not unexplained, f"split these, or say why at the top ('Size: ...'): {unexplained}"
+
+
+def test_engine_policies_and_envs_have_no_function_over_100_lines() -> None:
+    long = []
+    for name in SHORT_FUNCTION_PACKAGES:
+        for path in sorted((PACKAGE / name).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > MAX_FUNCTION_LINES:
+                        long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({n})")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"

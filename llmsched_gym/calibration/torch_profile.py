@@ -43,6 +43,10 @@ slow, see ``calibration/README.md``). Version 2 therefore runs the decode rows (
 new token) in their own call (``max_seqlen_q == 1``) and the prefill rows in another; batches of
 one kind still run one call. Version 1 (one call per batch; the H200 data of 2026-11-23) is
 ``ProfilerConfig(separate_decode_attention=False)``.
+
+Size: one module because the operator grid and the whole-step runs build the same layer from the
+same shapes and time it with the same CUDA-graph timer, and the profile they write is one file
+whose versions must move together.
 """
 
 from __future__ import annotations

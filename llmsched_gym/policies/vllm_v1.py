@@ -42,6 +42,7 @@ __all__ = [
 
 PREEMPTION_RULES = ("0.32", "0.33")
 
+
 def vllm_victim(ctx: StepContext) -> Request:
     """vLLM's preemption victim.
 

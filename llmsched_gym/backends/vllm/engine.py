@@ -23,6 +23,10 @@ scheduler's state can be read directly. ``LiveRun`` replays a workload on it:
 The per-request records, per-step records and schedule log use the simulator's formats
 (``llmsched_gym.metrics``, DESIGN.md "Contracts"), so the summary metrics, tables and comparisons
 work on live runs unchanged.
+
+Size: one module because ``LiveEngine`` and ``LiveRun`` share the one wrapper around vLLM's
+engine core (the wrapped ``schedule``, the step timers and the request bookkeeping); split, each
+half would reach into the other's private state.
 """
 
 from __future__ import annotations
