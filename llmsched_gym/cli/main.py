@@ -422,7 +422,7 @@ def _simulate_cluster_and_write(
     _print_metrics(s, result.jobs)
     columns = ["name", "role", "gpu", "num_requests", "num_output_tokens", "busy_s",
                "utilization", "output_token_throughput"]  # fmt: skip
-    print(_format_frame(result.instances[columns].set_index("name")))
+    print(common.format_frame(result.instances[columns].set_index("name")))
     if written is not None:
         print(f"wrote {', '.join(_manifest_files(written))} to {written}/")
     return 0
@@ -448,21 +448,10 @@ def _print_metrics(s: dict, jobs: Any = None) -> None:
         keys = [k for k in keys if k != "num_jobs"]
     width = max(len(k) for k in keys)
     for k in keys:
-        print(f"  {k:<{width}}  {_format_value(k, s[k])}")
+        print(f"  {k:<{width}}  {common.format_value(k, s[k])}")
     met = _job_slo_outcome(jobs)
     if met is not None:
         print(f"  {'job_slo_met':<{width}}  {met[0]} of {met[1]} jobs with an SLO")
-
-
-def _format_value(key: str, value: Any) -> str:
-    """One format per metric: counts as integers with thousands separators, others to 4 places."""
-    if isinstance(value, (bool, str)) or value is None:
-        return str(value)
-    kind = getattr(getattr(value, "dtype", None), "kind", None)
-    integral = isinstance(value, int) or kind in ("i", "u")
-    if key.startswith(("num_", "total_")) or integral:
-        return f"{int(value):,d}"
-    return f"{value:,.4f}"
 
 
 def _job_slo_outcome(jobs: Any) -> tuple[int, int] | None:
@@ -638,7 +627,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         for c in table.columns
         if c not in _CSV_ONLY and not (c == "prefix_cache_hit_rate" and not table[c].any())
     ]
-    print(_format_frame(table[shown].rename_axis(None)))
+    print(common.format_frame(table[shown].rename_axis(None)))
     print(story)
     print(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
     return 0
@@ -735,16 +724,6 @@ def _comparison_story(table: Any, base_summary: dict) -> str:
         f"{change(star, 'e2e_s_mean', b_mean):+.0%} and p99 by "
         f"{change(star, 'e2e_s_p99', b_p99):+.0%} against {base}."
     )
-
-
-def _format_frame(table: Any) -> str:
-    """A table as text with one number format per column (see ``_format_value``)."""
-    formatters = {
-        c: (lambda v, c=c: _format_value(c, v))
-        for c in table.columns
-        if table[c].dtype.kind in "fiu"
-    }
-    return table.to_string(formatters=formatters)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -910,7 +889,7 @@ def _show_workload(args: argparse.Namespace) -> int:
     print(label)
     width = max(len(k) for k in stats)
     for key, value in stats.items():
-        print(f"{key:<{width}}  {_format_value(key, value):>14}")
+        print(f"{key:<{width}}  {common.format_value(key, value):>14}")
     if args.plot:
         path = plot_length_histogram(specs, args.plot, title=label)
         print(f"wrote {path}")
