@@ -145,8 +145,24 @@ class Packer:
 
     def send(self, victim: Request | None) -> Request:
         """Preempt ``victim`` (None to start) and pack on; the next request that needs one."""
-        if self.state == 2:
+        req = self._resume(victim)
+        if req is None:
             raise StopIteration
+        return req
+
+    def run(self, victim: Callable[[Request], Request]) -> None:
+        """Pack to the end, answering each request that needs a victim with ``victim(req)``.
+
+        What :func:`drive` does, without a ``StopIteration`` per step (the simulator's path).
+        """
+        req = self._resume(None)
+        while req is not None:
+            req = self._resume(victim(req))
+
+    def _resume(self, victim: Request | None) -> Request | None:
+        """``send`` without the exception: None once the step is packed."""
+        if self.state == 2:
+            return None
         if self.state == 0:
             if victim is not None:
                 raise TypeError("can't send a victim to a packer that has not started")
@@ -180,7 +196,7 @@ class Packer:
             self.order = list(running_order)
         self.i = 0
 
-    def _phase_a(self) -> Request:
+    def _phase_a(self) -> Request | None:
         ctx, order, threshold, reserve = self.ctx, self.order, self.threshold, self.reserve
         i = self.i
         while True:
@@ -206,7 +222,7 @@ class Packer:
                 return req
             i += 1
 
-    def _phase_b(self) -> Request:
+    def _phase_b(self) -> None:
         self.state = 2
         self.req = None
         ctx = self.ctx
@@ -215,7 +231,6 @@ class Packer:
                 ctx, self.threshold, reserve=self.reserve, seq_cap=self.seq_cap,
                 order=self.waiting_order,
             )  # fmt: skip
-        raise StopIteration
 
 
 def admit_waiting(
@@ -279,12 +294,7 @@ def _try_admit(ctx: StepContext, req: Request, threshold: int, reserve: int, chu
 
 def drive(packer: Packer, victim: Callable[[Request], Request]) -> None:
     """Run a packer to the end, answering each victim request with ``victim(req)``."""
-    try:
-        req = next(packer)
-        while True:
-            req = packer.send(victim(req))
-    except StopIteration:
-        pass
+    packer.run(victim)
 
 
 class VllmV1Policy(SchedulingPolicy):
