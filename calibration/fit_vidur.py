@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 r"""Fit the shipped ``vidur:*`` linear cost profiles from Vidur's real GPU profiling tables.
 
-For every target in ``llmsched_gym.cost.fit.VIDUR_TARGETS`` (or those named with ``--targets``):
-compose Vidur-style step times for a seeded, designed set of batches, fit the 6-coefficient
-LinearCostModel by relative-error NNLS on an 80/20 seeded split, write the profile YAML (with its
-provenance and train / held-out errors) and a Markdown report.
+For every target in ``llmsched_gym.calibration.vidur_fit.VIDUR_TARGETS`` (or those named with
+``--targets``): compose Vidur-style step times for a seeded, designed set of batches, fit the
+6-coefficient LinearCostModel by relative-error NNLS on an 80/20 seeded split, write the profile
+YAML (with its provenance and train / held-out errors) and a Markdown report.
 
 Usage (from the repository root)::
 
@@ -36,7 +36,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from llmsched_gym.cost.fit import (  # noqa: E402
+from llmsched_gym.calibration.linearfit import FEATURES, FitStats, design_batches  # noqa: E402
+from llmsched_gym.calibration.vidur_fit import (  # noqa: E402
     VIDUR_TARGETS,
     VidurStepTimes,
     VidurTarget,
@@ -45,7 +46,6 @@ from llmsched_gym.cost.fit import (  # noqa: E402
     profile_document,
     targets_by_name,
 )
-from llmsched_gym.cost.linearfit import FEATURES, FitStats, design_batches  # noqa: E402
 from llmsched_gym.cost.registry import load_profile_file  # noqa: E402
 
 PROFILE_DIR = REPO / "llmsched_gym" / "cost" / "profiles"
@@ -151,7 +151,7 @@ def kind_stats(pred: np.ndarray, true: np.ndarray, idx: np.ndarray) -> dict[str,
 
 def sample_rows(target: VidurTarget, vidur_dir: Path, model) -> list[str]:
     """A few hand-picked batches: Vidur composition vs the fitted profile vs the roofline."""
-    from llmsched_gym.cost.linearfit import BatchSet
+    from llmsched_gym.calibration.linearfit import BatchSet
 
     tables = load_vidur_tables(vidur_dir, target)
     oracle = VidurStepTimes(tables, target)

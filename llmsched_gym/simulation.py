@@ -21,25 +21,10 @@ from llmsched_gym._gc import gc_paused
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy
 from llmsched_gym.core.job import Job
-from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
+from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.metrics.columns import RequestColumn as RC
-
-
-class RequestsFrameMixin:
-    """``requests``: the per-request DataFrame, built from ``request_table`` on first use."""
-
-    request_table: dict[str, np.ndarray]
-    _frame: Any
-
-    @property
-    def requests(self) -> Any:
-        """Per-request records as a DataFrame (``RequestColumn`` columns)."""
-        if self._frame is None:
-            from llmsched_gym.metrics.records import frame_from_table
-
-            self._frame = frame_from_table(self.request_table)
-        return self._frame
+from llmsched_gym.metrics.results import RequestsFrameMixin
+from llmsched_gym.metrics.table import request_columns
 
 
 @dataclass
@@ -78,64 +63,6 @@ class SimulationResult(RequestsFrameMixin):
 
             self._steps = steps_frame(self.step_table)
         return self._steps
-
-
-def spec_columns(specs: Sequence[Any]) -> dict[str, list]:
-    """The record columns that come straight from the requests' specs (SLOs, job, client)."""
-    return {
-        RC.WEIGHT.value: [s.weight for s in specs],
-        RC.SLO_TTFT_S.value: [s.slo_ttft_s for s in specs],
-        RC.SLO_TPOT_S.value: [s.slo_tpot_s for s in specs],
-        RC.DEADLINE_S.value: [s.deadline_s for s in specs],
-        RC.JOB_ID.value: [s.job_id for s in specs],
-        RC.STAGE.value: [s.stage for s in specs],
-        RC.CLIENT_ID.value: [s.client_id for s in specs],
-    }
-
-
-def request_columns(
-    finished: Sequence[Request], instance_id: int = 0, aborted: Sequence[Request] = ()
-) -> dict[str, list]:
-    """Per-request record columns (raw ones; derived columns are added by the frame).
-
-    ``aborted`` requests (``RequestSpec.cancel_time``) get a row too, with ``finish_time_s``
-    NaN (they never finished, so latency and throughput metrics leave them out), the tokens
-    they got, and ``num_cached_tokens`` 0 if never admitted.
-    """
-    reqs = sorted([*finished, *aborted], key=lambda r: r.seq)
-    specs = [r.spec for r in reqs]
-    computed = [r.num_computed_total for r in reqs]
-    done = [r.status is RequestStatus.FINISHED for r in reqs]
-    cached = [max(r.num_cached_tokens, 0) for r in reqs]
-    # Refill: tokens computed beyond one pass over prompt + output (the last token is sampled,
-    # never computed) minus the first prefix hit, i.e. recomputation after preemption. For an
-    # aborted request, beyond one pass over what it had when aborted (at least 0).
-    refill = [
-        c - (r.num_prompt_tokens + r.num_output_tokens - 1 - h)
-        if d
-        else max(0, c - (r.num_computed_tokens - h))
-        for r, c, h, d in zip(reqs, computed, cached, done, strict=True)
-    ]
-    return {
-        RC.REQUEST_ID.value: [r.request_id for r in reqs],
-        RC.ARRIVAL_TIME_S.value: [r.arrival_time for r in reqs],
-        RC.FIRST_SCHEDULED_TIME_S.value: [r.first_scheduled_time for r in reqs],
-        RC.FIRST_TOKEN_TIME_S.value: [r.first_token_time for r in reqs],
-        RC.FINISH_TIME_S.value: [
-            r.finish_time if d else None for r, d in zip(reqs, done, strict=True)
-        ],
-        RC.NUM_PROMPT_TOKENS.value: [r.num_prompt_tokens for r in reqs],
-        RC.NUM_OUTPUT_TOKENS.value: [r.num_output_tokens for r in reqs],
-        RC.NUM_CACHED_TOKENS.value: cached,
-        RC.NUM_COMPUTED_TOKENS.value: computed,
-        RC.NUM_REFILL_TOKENS.value: refill,
-        RC.NUM_PREEMPTIONS.value: [r.num_preemptions for r in reqs],
-        RC.PRIORITY.value: [r.priority for r in reqs],
-        **spec_columns(specs),
-        RC.INSTANCE_ID.value: [instance_id] * len(reqs),
-        RC.PREFILL_INSTANCE_ID.value: [instance_id] * len(reqs),
-        RC.KV_TRANSFER_S.value: [None] * len(reqs),
-    }
 
 
 def resolve_config(

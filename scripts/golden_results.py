@@ -91,6 +91,7 @@ def env_hash(eid: str, steps: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write the fingerprints; with ``--compare``, 1 when any differs from the earlier file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="out/golden/results.json", help="where to write")
     parser.add_argument("--compare", help="a JSON written earlier: report what differs")

@@ -15,10 +15,10 @@ the ground up (a module belongs to the longest prefix listed; ARCHITECTURE.md dr
 8. the leaderboard;
 9. the command line and the package's front door.
 
-``KNOWN_DEBT`` lists the upward imports that exist today, each to be removed by issue 25 (a
-paper's scheduler that simulates to calibrate itself, HexGen's policy and router split across
-floors, a metric written as a policy, the engine's default policy). The test fails on any
-other upward import, and on a debt entry that no longer exists (so the list only shrinks).
+A module that simulates to set up a paper's method sits on the simulation floor itself
+(``policies.infermax.warm_start``). ``KNOWN_DEBT`` lists upward imports that exist, each with
+the issue that removes it (none today: issue 25 removed the last). The test fails on any other
+upward import, and on a debt entry that no longer exists (so the list only shrinks).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ FLOORS = {
     "kv": 2, "core.queues": 2, "metrics": 2,
     "core": 3,
     "policies": 4, "workloads": 4,
-    "simulation": 5,
+    "simulation": 5, "policies.infermax.warm_start": 5,
     "cluster": 6,
     "scenarios": 7, "envs": 7, "backends": 7, "calibration": 7, "counterfactual": 7, "bench": 7,
     "lookahead": 7,
@@ -44,16 +44,15 @@ FLOORS = {
 }  # fmt: skip
 """Module (dotted, without ``llmsched_gym.``; "" is the package's ``__init__``) -> floor."""
 
-KNOWN_DEBT = {
-    ("core.engine", "policies.vllm_v1"),  # the engine's default policy (issue 25 item 1)
-    ("metrics.tdg", "core.engine"),  # TDG's token timeline is a policy, not a listener (item 1)
-    ("policies.hexgen", "cluster.hexgen"),  # HexGen in three files across floors (item 2)
-    ("policies.hexgen_tuning", "cluster.hexgen"),
-    ("policies.hexgen_tuning", "cluster.routers"),
-    ("policies.hexgen_tuning", "cluster.cluster"),
-    ("policies.relserve", "simulation"),  # calibration runs inside the policy (item 4)
-    ("policies.infermax_csp", "simulation"),
-}
+KNOWN_DEBT: set[tuple[str, str]] = set()
+
+
+KNOWN_CIRCLES = (
+    {"scenarios.kinds", "scenarios.spec"},
+    {"leaderboard.policy", "leaderboard.run", "leaderboard.submission"},
+)
+"""Modules that import each other today (through imports inside functions); a circle must lie
+within one of these. The papers' packages and the cluster are in none."""
 
 
 def _module(path: Path) -> str:
@@ -64,7 +63,9 @@ def _module(path: Path) -> str:
 
 
 def _is_module(name: str) -> bool:
-    return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file()
+    """Whether the dotted ``name`` (without ``llmsched_gym.``) is a module or package."""
+    path = PACKAGE.joinpath(*name.split("."))
+    return path.is_dir() or path.with_name(f"{path.name}.py").is_file()
 
 
 def floor(module: str) -> int:
@@ -79,18 +80,41 @@ def floor(module: str) -> int:
     raise AssertionError(f"module llmsched_gym.{module} has no floor: add it to FLOORS")
 
 
-def imports() -> list[tuple[str, str, int]]:
-    """(importer, imported, line) for every import of a package module, anywhere in the code."""
+def _typing_only(tree: ast.AST) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (imports for annotations, never run)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+            (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+            or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+        ):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def imports(typing: bool = True) -> list[tuple[str, str, int]]:
+    """(importer, imported, line) for every import of a package module, anywhere in the code.
+
+    ``typing=False`` leaves out imports under ``if TYPE_CHECKING:``, which never run.
+    """
     out = []
     for path in sorted(PACKAGE.rglob("*.py")):
         importer = _module(path)
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        skip = set() if typing else _typing_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 if node.module == "llmsched_gym":  # submodules, or names of the front door
                     targets = [a.name if _is_module(a.name) else "" for a in node.names]
                 elif node.module.startswith("llmsched_gym."):
-                    targets = [node.module.removeprefix("llmsched_gym.")]
+                    base = node.module.removeprefix("llmsched_gym.")
+                    targets = [  # ``from llmsched_gym.pkg import submodule`` imports it
+                        f"{base}.{a.name}" if _is_module(f"{base}.{a.name}") else base
+                        for a in node.names
+                    ]
             elif isinstance(node, ast.Import):
                 targets = [
                     a.name.removeprefix("llmsched_gym.")
@@ -137,3 +161,81 @@ def test_no_citation_of_files_users_do_not_have() -> None:
             if marker in text:
                 bad.append(f"{path.relative_to(root)}: {marker}")
     assert not bad, bad
+
+
+def circles() -> list[set[str]]:
+    """Sets of two or more modules that reach each other by imports that run (Tarjan's SCCs).
+
+    Imports for annotations only (``if TYPE_CHECKING:``) are left out: the engine's rooms name
+    ``Engine`` in their annotations, and that never runs.
+    """
+    edges: dict[str, set[str]] = {}
+    for a, b, _ in imports(typing=False):
+        if a != b:
+            edges.setdefault(a, set()).add(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = {stack.pop()}
+            while v not in comp:
+                comp.add(stack.pop())
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_new_import_circle() -> None:
+    new = [sorted(c) for c in circles() if not any(c <= known for known in KNOWN_CIRCLES)]
+    assert not new, f"modules that import each other (break the circle): {new}"
+
+
+def test_known_circles_still_exist() -> None:
+    """A circle that was broken leaves ``KNOWN_CIRCLES`` (so the list only shrinks)."""
+    found = circles()
+    gone = [sorted(k) for k in KNOWN_CIRCLES if not any(c <= k for c in found)]
+    assert not gone, f"broken, so drop them from KNOWN_CIRCLES: {gone}"
+
+
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 100
+SHORT_FUNCTION_PACKAGES = ("core", "policies", "envs")
+
+
+def test_long_modules_say_why() -> None:
+    """A module over 800 lines states at its top why it is one module (a ``Size:`` paragraph)."""
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if not any(line.startswith("Size:") for line in doc.splitlines()):
+                unexplained.append(f"{path.relative_to(PACKAGE)} ({text.count(chr(10))} lines)")
+    assert not unexplained, f"split these, or say why at the top ('Size: ...'): {unexplained}"
+
+
+def test_engine_policies_and_envs_have_no_function_over_100_lines() -> None:
+    long = []
+    for name in SHORT_FUNCTION_PACKAGES:
+        for path in sorted((PACKAGE / name).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > MAX_FUNCTION_LINES:
+                        long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({n})")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"

@@ -24,10 +24,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmsched_gym.cluster.hexgen import HexGenCodeRouter, HexGenWBRouter, gpu_key, hexgen_cost
 from llmsched_gym.leaderboard.experiments import paper_value
-from llmsched_gym.policies.hexgen import HexGenPQPolicy, hexgen_base_slo, hexgen_metrics
-from llmsched_gym.policies.hexgen_tuning import HexGenTunedRouter
+from llmsched_gym.policies.hexgen import (
+    HexGenCodeRouter,
+    HexGenPQPolicy,
+    HexGenTunedRouter,
+    HexGenWBRouter,
+    gpu_key,
+    hexgen_base_slo,
+    hexgen_cost,
+    hexgen_metrics,
+)
 from llmsched_gym.scenarios.spec import load_scenario
 
 HERE = Path(__file__).resolve().parent
@@ -56,9 +63,9 @@ STAGE_GROUPS = {"IR": 1, "KW": 1, "GC": 2, "RV": 3, "UT": 4, "GUT": 4, "EV": 4}
 
 def ensure_registered() -> None:
     """Register the HexGen routers and policies if the registries do not hold them yet."""
-    from llmsched_gym.cluster.hexgen import register as register_routers
     from llmsched_gym.cluster.routers import list_routers, register_router
     from llmsched_gym.policies.hexgen import register as register_policies
+    from llmsched_gym.policies.hexgen import register_routers
     from llmsched_gym.policies.registry import list_policies, register_policy
 
     if "hexgen-wb" not in list_routers():
@@ -213,7 +220,7 @@ def pricing_table(sc: Any, mode: str) -> pd.DataFrame:
     Rows: one decode step of one request at 3K context, one of 32 requests at 3K each, a 10K
     prefill, and the 15-call standard workflow's single-request latency (the base SLO's sum).
     """
-    from llmsched_gym.cluster.hexgen import TCompModel
+    from llmsched_gym.policies.hexgen import TCompModel
     from llmsched_gym.workloads.text2sql import STANDARD_WORKFLOW
 
     cal, dec, _ = PRICING[mode]

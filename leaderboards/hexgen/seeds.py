@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reproduce as R  # noqa: E402
 
 from llmsched_gym.leaderboard.experiments import paper_value  # noqa: E402
-from llmsched_gym.policies.hexgen import hexgen_metrics  # noqa: E402
-from llmsched_gym.policies.hexgen_tuning import HexGenTunedRouter, student_t_sf  # noqa: E402
+from llmsched_gym.policies.hexgen import HexGenTunedRouter, hexgen_metrics  # noqa: E402
+from llmsched_gym.policies.hexgen.tuning import student_t_sf  # noqa: E402
 
 CONFIG = ["hetero", "trace", "rate_qps"]
 HETEROS, TRACES, RATES = (1, 2), (1, 2, 3), (0.5, 1.0)

@@ -445,12 +445,8 @@ def exp_csp(quick: bool, time_limit: float) -> None:
         print(f"csp: skipped ({err}); install the 'bounds' extra", file=sys.stderr)
         return
     from llmsched_gym.cost.infermax import InferMaxCostModel
-    from llmsched_gym.policies.infermax_csp import (
-        Instance,
-        heuristic_schedule,
-        schedule_latency,
-        solve_csp,
-    )
+    from llmsched_gym.policies.infermax.csp import Instance, schedule_latency, solve_csp
+    from llmsched_gym.policies.infermax.warm_start import heuristic_schedule
 
     model = InferMaxCostModel("llama-2-7b")
     sizes = [4, 16, 32, 64, 256] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]

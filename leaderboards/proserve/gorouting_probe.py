@@ -31,10 +31,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import reproduce as R  # noqa: E402
 
-from llmsched_gym.cluster.gorouting import GoRouter  # noqa: E402
 from llmsched_gym.cluster.routers import list_routers, register_router  # noqa: E402
 from llmsched_gym.cost.registry import load_cost_model  # noqa: E402
 from llmsched_gym.metrics.tdg import TDGCollector, tdg_summary  # noqa: E402
+from llmsched_gym.policies.proserve import GoRouter  # noqa: E402
 from llmsched_gym.scenarios.spec import load_scenario  # noqa: E402
 
 STATS: collections.Counter = collections.Counter()

@@ -5,6 +5,8 @@ estimator's prediction (ProServe), t_budget, decodes / prefills / tokens, preemp
 queue lengths, the URGENT share of the queue and why ProServe's fill loop stopped. Prints a
 summary per method (any label of ``reproduce.METHODS`` or ``reproduce.ABLATIONS``), where the
 TDG is lost (first vs decode tokens, catch-up of late starters) and TTFT / TPOT misses by priority.
+The fill-loop figures come from the policy itself (``SlideBatchingPolicy.record_fill``), so the
+probed run makes exactly the registered policy's decisions.
 
     nice -n 19 .venv/bin/python leaderboards/proserve/knee_probe.py --rate 2.5
 """
@@ -22,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reproduce as R  # noqa: E402
 
 from llmsched_gym.core.engine import SchedulingPolicy, StepContext  # noqa: E402
-from llmsched_gym.core.request import RequestStatus  # noqa: E402
 from llmsched_gym.cost.registry import load_cost_model  # noqa: E402
 from llmsched_gym.metrics.tdg import TDGCollector, TokenTimelineRecorder, tdg_summary  # noqa: E402
 from llmsched_gym.policies.proserve import SlideBatchingPolicy  # noqa: E402
@@ -82,18 +83,14 @@ class Probe(SchedulingPolicy):
         real = self.model.step_time(
             ctx._tokens, ctx._prefill_attn, ctx._decode_kv, ctx._num_prefill, ctx._num_decode
         )
-        pol = pol0
         for r in ctx.running:
             self.acc[r] = self.acc.get(r, 0.0) + len(r.blocks) * real
         self.rows.append(
             {
                 "now": ctx.now,
                 "real": real,
-                "est": pol._last[1] if isinstance(pol, SlideBatchingPolicy) else np.nan,
-                "budget": getattr(pol, "_probe_budget", np.nan),
-                "urgent": getattr(pol, "_probe_urgent", np.nan),
-                "sched_normal": getattr(pol, "_probe_sched_normal", np.nan),
-                "stop": getattr(pol, "_probe_stop", ""),
+                "est": pol0._last[1] if isinstance(pol0, SlideBatchingPolicy) else np.nan,
+                **fill_row(pol0, ctx),
                 "n_dec": ctx._num_decode,
                 "n_pre": ctx._num_prefill,
                 "tok": ctx._tokens,
@@ -116,87 +113,22 @@ class Probe(SchedulingPolicy):
         )
 
 
-class ProbedSlide(SlideBatchingPolicy):
-    """SlideBatching with the fill loop's stop reason recorded (same decisions)."""
-
-    def schedule(self, ctx):
-        """``SlideBatchingPolicy.schedule`` plus the stop-reason bookkeeping."""
-        from llmsched_gym.policies.proserve import _INF
-
-        est = self.est
-        now = ctx.now
-        queue = list(ctx.running) + list(ctx.waiting)
-        self._probe_stop, self._probe_budget = "empty", np.nan
-        self._probe_urgent = self._probe_sched_normal = np.nan
-        if not queue:
-            return
-        order, t_budget, info = self.order(queue, now)
-        part = self.last_partition
-        self._probe_urgent = sum(v == "URGENT" for v in part.values()) / len(queue)
-        if not self.latency_aware:
-            t_budget = _INF
-        self._probe_budget = t_budget
-        t_batch = est.t_c
-        running = ctx.running
-        usable = ctx.num_gpu_blocks - 1
-        pos = {r: i for i, r in enumerate(order)}
-        admit_ok = True
-        stop = Counter()
-        end = "queue-exhausted"
-        for r in order:
-            if t_batch >= t_budget:
-                end = "t_budget"
-                break
-            if ctx.token_budget <= 0:
-                end = "token_budget"
-                break
-            if r.status is not RequestStatus.RUNNING and r not in ctx.waiting:
-                continue
-            if r.status is RequestStatus.RUNNING:
-                left = r.num_tokens - r.num_computed_tokens
-                m = r.num_computed_tokens
-            else:
-                if not admit_ok or len(running) >= ctx.max_num_seqs:
-                    stop["admit-closed"] += 1
-                    continue
-                if 1.0 - ctx.num_free_blocks / usable >= self.kv_threshold:
-                    admit_ok = False
-                    stop["kv_threshold"] += 1
-                    continue
-                hit = ctx.lookup(r)
-                m = hit[1]
-                left = r.num_tokens - m
-            if left == 1:
-                cost = est.decode(m)
-                if t_batch + cost > t_budget and t_batch > est.t_c:
-                    stop["decode-over-budget"] += 1
-                    continue
-                n = 1
-            else:
-                c = est.max_chunk(m, t_budget - t_batch, min(left, ctx.token_budget))
-                if c < left and c <= self.min_chunk:
-                    if t_batch > est.t_c:
-                        end = "min_chunk"
-                        break
-                    c = min(left, ctx.token_budget, max(c, self.min_chunk))
-                n = c
-                cost = est.prefill(n, m)
-            if r.status is RequestStatus.RUNNING:
-                if not self._run_or_preempt(ctx, r, n, order, pos):
-                    stop["run-blocked"] += 1
-                    continue
-            else:
-                if ctx.admit(r, n, hit=hit) is None:
-                    admit_ok = False
-                    stop["admit-refused"] += 1
-                    continue
-            t_batch += cost
-        self._last = (now, t_batch)
-        self._probe_stop = end + "".join(f"|{k}" for k in sorted(stop))
-        sched = list(ctx.scheduled)
-        self._probe_sched_normal = (
+def fill_row(pol, ctx) -> dict:
+    """SlideBatching's last fill (``record_fill``): t_budget, URGENT share, why the loop ended."""
+    fill = getattr(pol, "last_fill", None)
+    if not fill or fill["end"] == "empty":
+        stop = "empty" if fill else ""
+        return {"budget": np.nan, "urgent": np.nan, "sched_normal": np.nan, "stop": stop}
+    part = pol.last_partition
+    sched = list(ctx.scheduled)
+    return {
+        "budget": fill["t_budget"],
+        "urgent": sum(v == "URGENT" for v in part.values()) / len(part),
+        "sched_normal": (
             sum(part.get(r.request_id) == "NORMAL" for r in sched) / len(sched) if sched else np.nan
-        )
+        ),
+        "stop": fill["end"] + "".join(f"|{k}" for k in sorted(fill["skips"])),
+    }
 
 
 def run(cname: str, label: str, rate: float, n: int):
@@ -211,12 +143,12 @@ def run(cname: str, label: str, rate: float, n: int):
     if tbt:
         sc = load_scenario(R.ENVS / f"{env}.yaml", R.tbt_overrides(sc, model, specs, ov))
     col = TDGCollector()
-    if policy == "proserve" and kw.get("memory", "vllm") == "vllm":
-        inner = ProbedSlide(**{**kw, "wp": wp, "wd": wd})
-    elif policy == "proserve":  # ProbedSlide copies the default fill loop only
+    if policy == "proserve":
         inner = make_policy(policy, **{**kw, "wp": wp, "wd": wd})
     else:
         inner = make_policy(policy, **kw)
+    if isinstance(inner, SlideBatchingPolicy):
+        inner.record_fill = True  # the policy's own fill loop reports why it stopped
     probe = Probe(TokenTimelineRecorder(inner, col), model)
     res = simulate(specs, sc.engine_config(model), probe, model)
     tab = res.request_table

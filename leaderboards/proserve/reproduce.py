@@ -47,7 +47,6 @@ from pathlib import Path
 
 import numpy as np
 
-from llmsched_gym.cluster import gorouting
 from llmsched_gym.cluster.routers import list_routers, register_router
 from llmsched_gym.cost.registry import load_cost_model
 from llmsched_gym.leaderboard.experiments import paper_table, paper_value
@@ -216,7 +215,7 @@ def _setup() -> None:
     if "proserve" not in list_policies():
         proserve.register(register_policy)
     if "gorouting" not in list_routers():
-        gorouting.register(register_router)
+        proserve.register_routers(register_router)
     for name in list(list_policies()):
         if not name.startswith("tdg+") and f"tdg+{name}" not in list_policies():
             register_policy(

@@ -47,7 +47,7 @@ import numpy as np
 from llmsched_gym.core.job import Job
 from llmsched_gym.cost.registry import load_cost_model
 from llmsched_gym.leaderboard.experiments import paper_table, paper_value
-from llmsched_gym.policies.baselines import SarathiPolicy, VllmV0Policy
+from llmsched_gym.policies.heuristics import SarathiPolicy, VllmV0Policy
 from llmsched_gym.policies.relserve import (
     RelServePolicy,
     Sarathi06Policy,

@@ -27,9 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmsched_gym.calibration.trajectory import _batch_set, load_measured
-from llmsched_gym.cost.base import TOKEN_KNOTS
-from llmsched_gym.cost.linearfit import (
+from llmsched_gym.calibration.linearfit import (
     FEATURES,
     ITEM_TERMS,
     BatchSet,
@@ -39,7 +37,7 @@ from llmsched_gym.cost.linearfit import (
     piecewise_columns,
     token_segments,
 )
-from llmsched_gym.cost.torch_fit import (
+from llmsched_gym.calibration.torch_fit import (
     KINDS,
     TOKEN_BINS,
     TOKEN_KNEE,
@@ -47,6 +45,8 @@ from llmsched_gym.cost.torch_fit import (
     batch_kinds,
     load_measurements,
 )
+from llmsched_gym.calibration.trajectory import _batch_set, load_measured
+from llmsched_gym.cost.base import TOKEN_KNOTS
 from llmsched_gym.errors import ConfigError
 
 __all__ = ["FORMS", "SEEDS", "Form", "compare", "main", "write_report"]

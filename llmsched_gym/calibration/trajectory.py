@@ -129,7 +129,7 @@ def sample_steps(
 
 
 def _batch_set(steps: Sequence[SampledStep]) -> Any:
-    from llmsched_gym.cost.linearfit import BatchSet
+    from llmsched_gym.calibration.linearfit import BatchSet
 
     batch = [b for b, s in enumerate(steps) for _ in s.items]
     c = [c for s in steps for c, _ in s.items]
@@ -144,8 +144,8 @@ def _batch_set(steps: Sequence[SampledStep]) -> Any:
 
 def price_items(steps: Sequence[SampledStep], cost_model: Any) -> np.ndarray:
     """The profile's step time of every step, from its items (as the engine prices them)."""
+    from llmsched_gym.calibration.torch_fit import _predict
     from llmsched_gym.cost.registry import load_cost_model
-    from llmsched_gym.cost.torch_fit import _predict
 
     model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
     return np.asarray(_predict(model, _batch_set(steps)), dtype=np.float64)
@@ -328,7 +328,7 @@ def validate_trajectory(
     name: str = "trace",
 ) -> TrajectoryReport:
     """Simulate, sample, time the steps on ``device`` with ``model``, and compare (steps 1-3)."""
-    from llmsched_gym.cost import torch_profile as tp
+    from llmsched_gym.calibration import torch_profile as tp
 
     steps = sample_steps(trace, config, cost_model, num_steps=num_steps, seed=seed, name=name)
     cfg = tp.default_config(model, device, small=small)

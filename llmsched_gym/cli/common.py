@@ -1,4 +1,4 @@
-"""Conventions shared by the ``llmsched-gym`` commands: ``--set``, ``--json`` and output paths.
+"""Conventions shared by the ``llmsched-gym`` commands: ``--set``, ``--json``, outputs, numbers.
 
 Every command that takes a scenario accepts ``--set KEY=VALUE`` (dotted keys reach into
 ``workload``, ``engine``, ``slo`` and ``cluster``, as ``Scenario.with_overrides`` documents; the
@@ -6,7 +6,8 @@ value is read as YAML, so ``--set workload.num_requests=200`` is an int and
 ``--set engine.enable_prefix_caching=false`` a bool). Commands that print a summary accept
 ``--json`` to print it as one JSON document instead. Output paths are checked before anything
 is simulated, and an output folder is written as a set: to a temporary sibling folder that
-replaces the old one only when every file is written (``OutputSet``).
+replaces the old one only when every file is written (``OutputSet``). Summaries and tables
+print each metric's numbers one way (``format_value``).
 """
 
 from __future__ import annotations
@@ -113,6 +114,27 @@ def jsonable(value: Any) -> Any:
 def print_json(payload: Any) -> None:
     """Prints ``payload`` as indented JSON (see ``jsonable``)."""
     print(json.dumps(jsonable(payload), indent=2))
+
+
+def format_value(key: str, value: Any) -> str:
+    """One format per metric: counts as integers with thousands separators, others to 4 places."""
+    if isinstance(value, (bool, str)) or value is None:
+        return str(value)
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    integral = isinstance(value, int) or kind in ("i", "u")
+    if key.startswith(("num_", "total_")) or integral:
+        return f"{int(value):,d}"
+    return f"{value:,.4f}"
+
+
+def format_frame(table: Any) -> str:
+    """A table as text with one number format per column (see ``format_value``)."""
+    formatters = {
+        c: (lambda v, c=c: format_value(c, v))
+        for c in table.columns
+        if table[c].dtype.kind in "fiu"
+    }
+    return table.to_string(formatters=formatters)
 
 
 def check_output_file(path: str | os.PathLike[str] | None, flag: str) -> Path | None:

@@ -1,7 +1,7 @@
 """CLI pieces of the live vLLM backend: ``calibrate --backend vllm`` and ``validate``.
 
-``llmsched_gym.cli.main`` wires them in. Nothing here imports vLLM until a command runs, so the
-parser builds without it; a missing vLLM is reported with what to install.
+``llmsched_gym.cli.calibrate`` wires them in. Nothing here imports vLLM until a command runs, so
+the parser builds without it; a missing vLLM is reported with what to install.
 
 ``calibrate`` shares its parser with ``--backend torch``, so the live backend's options carry a
 ``--vllm-`` prefix there; ``validate`` is its own subcommand and uses plain names.

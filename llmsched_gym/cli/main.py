@@ -1,6 +1,13 @@
 """``llmsched-gym``: simulate, compare schedulers, benchmark the simulator, list what ships.
 
 Every engine option uses vLLM's name and meaning; ``--help`` on each command explains them.
+This module is the entry point: the top-level parser (``build_parser``, which builds the
+parsers of ``calibrate``, ``validate``, ``leaderboard`` and ``counterfactual`` only when they
+are named or for ``--help``), error handling (``main``) and the ``simulate`` command. The other
+commands live one module (or group) each beside it: ``compare``, ``bench``, ``catalog``
+(``workloads``, ``envs``, ``list``), ``calibrate`` (with ``live``) and ``counterfactual``; the
+run options ``simulate`` and ``compare`` share are in ``run_options``, and the conventions of
+every command in ``common``.
 """
 
 from __future__ import annotations
@@ -11,234 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmsched_gym.cli import common
-from llmsched_gym.config import EngineConfig
+from llmsched_gym.cli import bench, catalog, common, compare, run_options
 from llmsched_gym.errors import ConfigError, LLMSchedError
-
-DEFAULT_COST_MODEL = "vidur:llama-2-70b@h100-80gb/tp4"
-COMPARE_BATCHED_TOKENS = 16384
-DEFAULT_TRACE = "splitwise-conv"
-COMPARE_SCENARIO = "chat-sharegpt-overload-v0"
-"""``compare``'s default: an overloaded instance, where the schedulers' choices change latency."""
-DEFAULT_SCHEDULERS = ("vllm-v1", "vllm-v0", "sarathi", "static-priority:shortest-prompt")
-
-VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
-"""The ``--block-size`` choices of vLLM's own command line."""
-
-ENGINE_HELP = {
-    "max_num_batched_tokens": "token budget of one engine step: prompt, chunk and decode tokens "
-    "computed in one batch (vLLM --max-num-batched-tokens; default 8192)",
-    "max_num_seqs": "most requests in the running queue at once (vLLM --max-num-seqs; default 256)",
-    "block_size": "tokens per KV-cache block, one of vLLM's sizes 1, 8, 16, 32, 64, 128 (vLLM "
-    "--block-size; default 16; an --engine-config file may set any size, e.g. for tiny test "
-    "engines)",
-    "num_gpu_blocks": "KV-cache blocks including vLLM's reserved null block 0; default: derived "
-    "from the cost profile's GPU memory, weights and gpu_memory_utilization=0.9 as vLLM does, "
-    "else 8192",
-    "enable_prefix_caching": "reuse full KV blocks across requests by chain hash with an LRU free "
-    "queue (vLLM --enable-prefix-caching / --no-enable-prefix-caching; default on)",
-    "scheduling_policy": "waiting-queue order: fcfs (preempted requests return to the head) or "
-    "priority (lower 'priority' first, then arrival; vLLM --scheduling-policy; default fcfs)",
-    "long_prefill_token_threshold": "cap on one request's new tokens per step when more than one "
-    "request is running or waiting; 0 disables (vLLM --long-prefill-token-threshold; default 0)",
-    "max_model_len": "longest request in tokens, prompt + max_tokens (vLLM --max-model-len); a "
-    "longer request is refused with vLLM's message and the others are served; 'none' sets no "
-    "limit; default: the cost profile's model's context length, as vLLM derives it (e.g. 4096 "
-    "for Llama-2), else no limit",
-    "long_prefill_token_threshold_adaptive": "raise long_prefill_token_threshold to "
-    "max_num_batched_tokens // (running + waiting requests) when that is larger (vLLM "
-    "--long-prefill-token-threshold-adaptive; default off; vllm-v1 scheduler only)",
-    "enable_chunked_prefill": "split prompts into chunks that fill the step's token budget "
-    "(vLLM --enable-chunked-prefill / --no-enable-chunked-prefill; default on); off: a waiting "
-    "request is admitted only whole (vllm-v1 scheduler only)",
-    "async_scheduling": "schedule step N+1 before step N's output is known, as vLLM's "
-    "AsyncScheduler (vLLM --async-scheduling, its GPU default); default off: vLLM's "
-    "synchronous scheduler",
-}
-
-
-def _add_engine_args(p: argparse.ArgumentParser, budget_help: str | None = None) -> None:
-    g = p.add_argument_group("engine (vLLM names; flags override --engine-config)")
-    g.add_argument(
-        "--engine-config",
-        metavar="FILE",
-        help="JSON or YAML file with exactly these keys: " + ", ".join(EngineConfig.keys()),
-    )
-    for key in EngineConfig.keys():
-        flag = "--" + key.replace("_", "-")
-        if key in (
-            "enable_prefix_caching",
-            "async_scheduling",
-            "enable_chunked_prefill",
-            "long_prefill_token_threshold_adaptive",
-        ):
-            g.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=None, help=ENGINE_HELP[key]
-            )
-        elif key == "scheduling_policy":
-            g.add_argument(flag, choices=("fcfs", "priority"), default=None, help=ENGINE_HELP[key])
-        elif key == "max_model_len":
-            g.add_argument(flag, type=_max_model_len, default=None, metavar="N|none",
-                           help=ENGINE_HELP[key])  # fmt: skip
-        elif key == "block_size":  # vLLM's CLI offers these sizes only
-            g.add_argument(
-                flag, type=int, choices=VLLM_BLOCK_SIZES, default=None, metavar="N",
-                help=ENGINE_HELP[key],
-            )  # fmt: skip
-        else:
-            text = budget_help if key == "max_num_batched_tokens" and budget_help else None
-            g.add_argument(flag, type=int, default=None, metavar="N", help=text or ENGINE_HELP[key])
-
-
-def _max_model_len(text: str) -> int | str:
-    """``--max-model-len``: a positive integer, or ``none`` for no limit."""
-    if text.strip().lower() in ("none", "null"):
-        return "none"
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive integer or 'none', got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer or 'none', got {value}")
-    return value
-
-
-def _engine_settings(args: argparse.Namespace) -> dict:
-    """Settings from --engine-config, overridden by explicit flags (unset keys stay unset)."""
-    data = EngineConfig.read_settings(args.engine_config) if args.engine_config else {}
-    data.update({k: getattr(args, k) for k in EngineConfig.keys() if getattr(args, k) is not None})
-    if data.get("max_model_len") == "none":  # explicitly no limit (not derived)
-        data["max_model_len"] = None
-    EngineConfig.from_dict(data, source="engine settings")
-    return data
-
-
-def _add_run_args(
-    p: argparse.ArgumentParser,
-    cost_default: str,
-    *,
-    default_scenario: str | None = None,
-    budget_help: str | None = None,
-) -> None:
-    trace_default = (
-        f"default: the scenario {default_scenario}"
-        if default_scenario
-        else f"default {DEFAULT_TRACE} (Azure 2023 conversations, 19,366 requests)"
-    )
-    p.add_argument(
-        "--trace",
-        default=None,
-        metavar="FILE|NAME",
-        help="a trace-contract JSONL file, or a shipped real trace by name (see 'llmsched-gym "
-        f"list traces'); {trace_default}",
-    )
-    p.add_argument(
-        "--scenario",
-        default=None,
-        metavar="NAME|FILE",
-        help="a scenario spec instead of --trace: its workload, engine settings, cost model, "
-        "scheduler and SLOs (see 'llmsched-gym workloads'); flags given here override them"
-        + (f"; default {default_scenario}" if default_scenario else "; default: none"),
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        metavar="N",
-        help="seed of the scenario's workload generator (default: the scenario's own)",
-    )
-    p.add_argument(
-        "--cost-model",
-        default=None,
-        metavar="PROFILE",
-        help="step-time model: a profile name (see 'llmsched-gym list profiles'), "
-        "roofline:<model>@<gpu>[/tp<N>], a profile YAML path, or constant:SECONDS (every step "
-        f"costs SECONDS; for tests and oracles); default: the scenario's, else {cost_default}",
-    )
-    p.add_argument(
-        "--num-requests",
-        type=common.positive_int,
-        default=None,
-        metavar="N",
-        help="use only the first N requests of the trace (default: all)",
-    )
-    common.add_set_argument(p)
-    common.add_json_argument(p)
-    p.add_argument(
-        "--no-fast-forward",
-        dest="fast_forward",
-        action="store_false",
-        help="step every iteration one by one (results are identical; slower; default: "
-        "fast-forward on)",
-    )
-    p.add_argument(
-        "--router",
-        default=None,
-        metavar="NAME",
-        help="router of a cluster scenario's instances (e.g. round-robin, least-load:backlog; "
-        "default: the scenario's)",
-    )
-    p.add_argument(
-        "--no-progress",
-        dest="progress",
-        action="store_false",
-        help="hide the progress bar (default: shown on a terminal)",
-    )
-    _add_engine_args(p, budget_help)
-
-
-def _workload(args: argparse.Namespace) -> tuple[Any, dict, Any, str, str]:
-    """(trace or items, engine settings, cost model, scheduler, label) from --trace/--scenario.
-
-    Without a scenario the trace stays a name or path (``simulate`` reads it); with one, its
-    workload is built here and explicit flags override its engine settings, model and scheduler.
-    """
-    scheduler = getattr(args, "scheduler", None)
-    if args.scenario is None:
-        _no_scenario_flags(args)
-        trace = args.trace or DEFAULT_TRACE
-        model = args.cost_model or DEFAULT_COST_MODEL
-        settings = _engine_settings(args)
-        EngineConfig.from_dict(settings).verify_vllm_limits()
-        return trace, settings, model, scheduler or "vllm-v1", str(trace)
-    if args.trace is not None or args.num_requests is not None:
-        raise ConfigError(
-            "--scenario sets the workload: drop --trace and --num-requests (copy the scenario "
-            "YAML and change its workload to vary it)"
-        )
-    from llmsched_gym.cost.registry import load_cost_model
-
-    scenario = _load_scenario(args)
-    if getattr(args, "router", None) is not None and scenario.cluster is None:
-        raise ConfigError(
-            f"--router: scenario {scenario.name} has no cluster section (one instance, nothing "
-            "to route); drop --router"
-        )
-    model = load_cost_model(args.cost_model or scenario.cost_model)
-    items = scenario.build_workload(args.seed, cost_model=model)
-    settings = {**scenario.engine, **_engine_settings(args)}
-    source = f"scenario {scenario.name} with flags"
-    EngineConfig.from_dict(settings, source=source).verify_vllm_limits(source)
-    return items, settings, model, scheduler or scenario.scheduler, scenario.name
-
-
-def _no_scenario_flags(args: argparse.Namespace) -> None:
-    """Refuses the flags that only a scenario gives meaning to."""
-    if args.seed is not None:
-        raise ConfigError("--seed seeds a scenario's workload; give --scenario too")
-    if getattr(args, "overrides", None):
-        raise ConfigError("--set overrides a scenario's fields; give --scenario too")
-    if getattr(args, "router", None) is not None:
-        raise ConfigError("--router routes a cluster scenario's requests; give --scenario too")
-
-
-def _load_scenario(args: argparse.Namespace) -> Any:
-    """The scenario of ``--scenario`` with the ``--set`` overrides applied."""
-    from llmsched_gym.scenarios import load_scenario
-
-    return load_scenario(args.scenario, common.parse_overrides(getattr(args, "overrides", [])))
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -254,10 +35,10 @@ def _simulate_and_write(args: argparse.Namespace) -> int:
     schedule_log = common.check_output_file(args.schedule_log, "--schedule-log")
     output = common.OutputSet(args.out) if args.out else None
     if args.scenario is not None:
-        scenario = _load_scenario(args)
+        scenario = run_options.load_scenario(args)
         if scenario.cluster is not None:  # many instances: llmsched_gym.cluster
             return _simulate_cluster_and_write(args, scenario, output)
-    workload, settings, model, scheduler, _ = _workload(args)
+    workload, settings, model, scheduler, _ = run_options.workload(args)
 
     def run() -> Any:
         return simulate(
@@ -378,7 +159,7 @@ def _simulate_cluster_and_write(
             "keeps its own engine; drop --cost-model and --schedule-log (edit the cluster "
             "section of a copy of the scenario, or use --set cluster.KEY=VALUE)"
         )
-    engine = _engine_settings(args)
+    engine = run_options.engine_settings(args)
 
     def run() -> Any:
         return simulate_cluster(
@@ -422,7 +203,7 @@ def _simulate_cluster_and_write(
     _print_metrics(s, result.jobs)
     columns = ["name", "role", "gpu", "num_requests", "num_output_tokens", "busy_s",
                "utilization", "output_token_throughput"]  # fmt: skip
-    print(_format_frame(result.instances[columns].set_index("name")))
+    print(common.format_frame(result.instances[columns].set_index("name")))
     if written is not None:
         print(f"wrote {', '.join(_manifest_files(written))} to {written}/")
     return 0
@@ -448,41 +229,10 @@ def _print_metrics(s: dict, jobs: Any = None) -> None:
         keys = [k for k in keys if k != "num_jobs"]
     width = max(len(k) for k in keys)
     for k in keys:
-        print(f"  {k:<{width}}  {_format_value(k, s[k])}")
-    met = _job_slo_outcome(jobs)
+        print(f"  {k:<{width}}  {common.format_value(k, s[k])}")
+    met = run_options.job_slo_outcome(jobs)
     if met is not None:
         print(f"  {'job_slo_met':<{width}}  {met[0]} of {met[1]} jobs with an SLO")
-
-
-def _format_value(key: str, value: Any) -> str:
-    """One format per metric: counts as integers with thousands separators, others to 4 places."""
-    if isinstance(value, (bool, str)) or value is None:
-        return str(value)
-    kind = getattr(getattr(value, "dtype", None), "kind", None)
-    integral = isinstance(value, int) or kind in ("i", "u")
-    if key.startswith(("num_", "total_")) or integral:
-        return f"{int(value):,d}"
-    return f"{value:,.4f}"
-
-
-def _job_slo_outcome(jobs: Any) -> tuple[int, int] | None:
-    """(jobs that met their end-to-end SLO, jobs with one), or None without job SLOs."""
-    if jobs is None or "slo_met" not in getattr(jobs, "columns", ()):
-        return None
-    met = jobs["slo_met"].dropna()
-    return (int(met.astype(bool).sum()), len(met)) if len(met) else None
-
-
-def _refused_note(summary: dict, cfg: Any) -> str:
-    """One sentence on the requests refused as longer than ``max_model_len``; "" when none."""
-    n = summary.get("num_refused", 0)
-    if not n:
-        return ""
-    return (
-        f"refused {n:,} requests longer than max_model_len={cfg.max_model_len:,} (prompt + "
-        "max_tokens), as vLLM's server would (HTTP 400); --max-model-len N raises the limit, "
-        "--max-model-len none lifts it"
-    )
 
 
 def _print_summary(result: Any) -> None:
@@ -493,7 +243,7 @@ def _print_summary(result: Any) -> None:
         f"{result.num_steps} steps ({result.num_fast_forward_steps} fast-forwarded) | "
         f"{result.wall_s:.2f} s wall | num_gpu_blocks={cfg.num_gpu_blocks}"
     )
-    note = _refused_note(s, cfg)
+    note = run_options.refused_note(s, cfg)
     if note:
         print(note)
     _print_metrics(s, result.jobs)
@@ -521,443 +271,6 @@ _SUMMARY_KEYS = (
     "prefix_cache_hit_rate",
     "kv_cache_usage_mean",
 )
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from llmsched_gym.metrics.plots import plot_comparison
-    from llmsched_gym.simulation import simulate
-    from llmsched_gym.workloads.stats import flatten_requests
-    from llmsched_gym.workloads.trace import load_trace
-
-    if args.scenario is None and args.trace is None:
-        args.scenario = COMPARE_SCENARIO
-        if args.num_requests is not None:  # the default scenario's workload, shortened
-            args.overrides = [*args.overrides, f"workload.num_requests={args.num_requests}"]
-            args.num_requests = None
-    names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
-    if not names:
-        raise ConfigError("--schedulers: give at least one scheduler name, e.g. vllm-v1,sarathi")
-    from llmsched_gym.policies.registry import make_policy
-
-    for name in names:  # unknown names fail now, not after the first runs
-        make_policy(name)
-    output = common.OutputSet(args.out)
-    scenario = _load_scenario(args) if args.scenario is not None else None
-    results: dict[str, Any] = {}
-    try:
-        if scenario is not None and scenario.cluster is not None:
-            from llmsched_gym.cluster import simulate_cluster
-
-            if args.trace is not None or args.num_requests is not None or args.cost_model:
-                raise ConfigError(
-                    f"scenario {scenario.name} is a cluster: drop --trace, --num-requests and "
-                    "--cost-model (use --set to change its workload or instances)"
-                )
-            output.prepare()
-            engine = _engine_settings(args)
-            for name in names:
-                res = simulate_cluster(
-                    scenario, name, seed=args.seed, fast_forward=args.fast_forward,
-                    router=args.router, engine=engine,
-                    progress=args.progress and sys.stderr.isatty(),
-                )  # fmt: skip
-                results[name] = res
-            first = next(iter(results.values()))
-            gpus = sorted(set(first.instances["gpu"]))
-            setting = f"{len(first.configs)} instances ({', '.join(gpus)}), router {first.router}"
-            num_requests = first.summary["num_requests"]
-            label = scenario.name
-        else:
-            if scenario is not None and args.router is not None:
-                raise ConfigError(f"--router: scenario {scenario.name} has no cluster section")
-            workload, settings, model, _, label = _workload(args)
-            specs = (
-                load_trace(workload, limit=args.num_requests)
-                if isinstance(workload, str)
-                else workload
-            )
-            if "max_num_batched_tokens" not in settings:
-                # vllm-v0 cannot chunk a prefill: give every scheduler the same budget, large
-                # enough for the longest request, as vLLM V0 required.
-                longest = max(s.prompt_len + s.output_len for s in flatten_requests(specs))
-                settings["max_num_batched_tokens"] = max(COMPARE_BATCHED_TOKENS, longest)
-            output.prepare()
-            for name in names:
-                res = simulate(
-                    specs, settings, name, model, fast_forward=args.fast_forward,
-                    progress=args.progress and sys.stderr.isatty(),
-                )  # fmt: skip
-                if not args.json:
-                    print(
-                        f"  {res.scheduler}: {res.num_steps} steps in {res.wall_s:.2f} s wall",
-                        file=sys.stderr,
-                    )
-                results[res.scheduler] = res
-            first = next(iter(results.values()))
-            cfg = first.config
-            setting = (
-                f"{first.cost_model}, max_num_batched_tokens={cfg.max_num_batched_tokens}, "
-                f"num_gpu_blocks={cfg.num_gpu_blocks}"
-            )
-            num_requests = first.summary["num_requests"]
-            refused = _refused_note(first.summary, cfg)
-            if refused:
-                print(refused, file=sys.stderr)
-        paper = scenario.paper if scenario is not None else None
-        table = _comparison_table(results, paper)
-        story = _comparison_story(table, first.summary)
-        title = f"{label} ({num_requests:,} requests) on {setting}"
-        table.reset_index().to_csv(output.path("comparison.csv"), index=False)
-        import textwrap
-
-        plot_comparison(
-            {  # identical runs share a curve: the legend says so
-                (f"{k} (= {table.loc[k, 'same_as']})" if table.loc[k, "same_as"] else k): r.requests
-                for k, r in results.items()
-            },
-            output.path("comparison.png"),
-            title="\n".join(textwrap.wrap(title, 110) + textwrap.wrap(story, 110)),
-        )
-        written = output.commit("compare")
-    finally:
-        output.discard()
-    if args.json:
-        common.print_json(
-            {
-                "workload": label,
-                "setting": setting,
-                "story": story,
-                "out": str(written),
-                "rows": table.reset_index().to_dict(orient="records"),
-            }  # fmt: skip
-        )
-        return 0
-    print(title)
-    shown = [
-        c
-        for c in table.columns
-        if c not in _CSV_ONLY and not (c == "prefix_cache_hit_rate" and not table[c].any())
-    ]
-    print(_format_frame(table[shown].rename_axis(None)))
-    print(story)
-    print(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
-    return 0
-
-
-_COMPARE_KEYS = (
-    "request_throughput",
-    "output_token_throughput",
-    "ttft_s_mean",
-    "ttft_s_p99",
-    "tpot_s_mean",
-    "tpot_s_p99",
-    "e2e_s_mean",
-    "e2e_s_p99",
-    "goodput",
-    "slo_attainment",
-    "num_preemptions",
-    "prefix_cache_hit_rate",
-)
-
-_CSV_ONLY = ("output_token_throughput", "ttft_s_p50", "tpot_s_p99", "goodput")
-"""Columns kept in comparison.csv but left out of the console table (to fit 160 columns)."""
-
-_PAPER_METRICS = {
-    "relserve": ("job_latency_s_mean", "job_latency_s_p99"),
-    "hexgen-text2sql": ("job_latency_s_mean", "job_slo_attainment"),
-    "proserve": ("tdg_ratio",),
-    "infermax": ("duration_s",),
-}
-"""Each paper's own headline metric, shown beside the default columns (RelServe: relQuery
-latency; HexGen-Text2SQL: workflow SLO attainment; ProServe: token-level TDG ratio;
-InferMax: the makespan of an offline batch)."""
-
-
-def _comparison_table(results: dict[str, Any], paper: str | None) -> Any:
-    """One row per scheduler: the default metrics, the scenario's own, and ``same_as``."""
-    import numpy as np
-    import pandas as pd
-
-    from llmsched_gym.metrics.tdg import tdg_uniform
-
-    rows = {}
-    for name, res in results.items():
-        row = {k: res.summary.get(k) for k in _COMPARE_KEYS}
-        for key in _PAPER_METRICS.get(paper, ()):
-            if key == "tdg_ratio":
-                gain, ideal = tdg_uniform(res.request_table)
-                total = float(np.nansum(ideal))
-                row[key] = float(np.nansum(gain)) / total if total > 0 else float("nan")
-            elif key == "job_slo_attainment":
-                met = _job_slo_outcome(res.jobs)
-                row[key] = met[0] / met[1] if met else float("nan")
-            else:
-                row[key] = res.summary.get(key)
-        rows[name] = row
-    table = pd.DataFrame.from_dict(rows, orient="index").dropna(axis=1, how="all")
-    table.index.name = "scheduler"
-    # Identical rows (vllm-v1 and sarathi are both Sarathi-style chunked schedulers) are marked,
-    # so that equal numbers read as a finding rather than as a bug.
-    signatures = {
-        name: tuple(np.round(np.asarray(r.request_table["e2e_s"], dtype=float), 9).tolist())
-        for name, r in results.items()
-    }
-    same = []
-    for i, name in enumerate(results):
-        twin = next((o for o in list(results)[:i] if signatures[o] == signatures[name]), "")
-        same.append(twin)
-    table["same_as"] = same
-    return table
-
-
-def _comparison_story(table: Any, base_summary: dict) -> str:
-    """One line on why the rows differ (or why they do not)."""
-    import math
-
-    names = list(table.index)
-    base = names[0]
-    distinct = [n for n in names[1:] if not table.loc[n, "same_as"]]
-    if not distinct:
-        return (
-            "Every scheduler gives the same schedule: no queue builds at this load, so the "
-            f"order of waiting requests never matters (try --scenario {COMPARE_SCENARIO})."
-        )
-    b_mean, b_p99 = table.loc[base, "e2e_s_mean"], table.loc[base, "e2e_s_p99"]
-
-    def change(n: str, key: str, ref: float) -> float:
-        return table.loc[n, key] / ref - 1 if ref else math.nan
-
-    star = max(distinct, key=lambda n: abs(change(n, "e2e_s_mean", b_mean)))
-    ttft = base_summary.get("ttft_s_mean", math.nan)
-    return (
-        f"Rows differ because requests queue (mean TTFT {ttft:.1f} s under {base}), so the "
-        f"order of the waiting queue decides who waits: {star} changes mean e2e latency by "
-        f"{change(star, 'e2e_s_mean', b_mean):+.0%} and p99 by "
-        f"{change(star, 'e2e_s_p99', b_p99):+.0%} against {base}."
-    )
-
-
-def _format_frame(table: Any) -> str:
-    """A table as text with one number format per column (see ``_format_value``)."""
-    formatters = {
-        c: (lambda v, c=c: _format_value(c, v))
-        for c in table.columns
-        if table[c].dtype.kind in "fiu"
-    }
-    return table.to_string(formatters=formatters)
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    if args.vs_vidur:
-        from llmsched_gym.bench import run_vs_vidur
-
-        run_vs_vidur(
-            pairs=args.pairs,
-            out=args.out,
-            vidur_dir=args.vidur_dir,
-            vidur_python=args.vidur_python,
-            predictors=tuple(args.vidur_predictor or ["random_forrest"]),
-            warm_up=args.warm_up,
-        )
-        return 0
-    if args.envs:
-        from llmsched_gym.envs.bench import main as bench_envs
-
-        bench_envs(["--limit", "300" if args.quick else "2000"])
-        return 0
-    from llmsched_gym.bench import run_bench
-
-    run_bench(quick=args.quick)
-    return 0
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    if args.what in ("schedulers", "all"):
-        from llmsched_gym.policies.registry import list_policies
-
-        print("schedulers:")
-        for k, v in list_policies().items():
-            print(f"  {k:<34} {v}")
-    if args.what in ("traces", "all"):
-        from llmsched_gym.workloads.catalog import list_traces
-
-        print("traces:")
-        for k, v in list_traces().items():
-            print(f"  {k:<24} {v}")
-    if args.what in ("profiles", "all"):
-        from llmsched_gym.cost.hardware import list_gpus, list_models
-        from llmsched_gym.cost.registry import list_profiles
-
-        print(
-            "cost profiles (--cost-model NAME): fitted linear models of one engine step's time "
-            "over batch features, from real operator timings (vidur:*) or from "
-            "'llmsched-gym calibrate' (torch:*):"
-        )
-        for k in list_profiles():
-            print(f"  {k}")
-        print(
-            "roofline profiles (--cost-model roofline:<model>@<gpu>[/tp<N>]): analytic, from "
-            "datasheet FLOPs and memory bandwidth, for any pair of"
-        )
-        print(f"  models: {', '.join(list_models())}")
-        print(f"  GPUs:   {', '.join(list_gpus())}")
-        print("constant:SECONDS: every step costs SECONDS (for tests and oracles)")
-    return 0
-
-
-def _cmd_envs(args: argparse.Namespace) -> int:
-    """Lists the registered Gymnasium ids with their task, scenario and spaces."""
-    import gymnasium as gym
-
-    import llmsched_gym  # noqa: F401 - registers the ids
-    from llmsched_gym.envs.registration import _pairs, env_id
-
-    rows = []
-    for task, scenario, _ in _pairs():
-        eid = env_id(task, scenario)
-        env = gym.make(eid)
-        try:
-            rows.append(
-                {
-                    "id": eid,
-                    "task": task,
-                    "scenario": scenario,
-                    "observation_space": _space_text(env.observation_space),
-                    "action_space": _space_text(env.action_space),
-                }
-            )
-        finally:
-            env.close()
-    if args.json:
-        common.print_json(rows)
-        return 0
-    print(f"{len(rows)} environments (gym.make(ID); 'import llmsched_gym' registers them):")
-    width = max(len(r["id"]) for r in rows)
-    for r in rows:
-        print(f"  {r['id']:<{width}}  {r['task']:<9} {r['scenario']}")
-        print(f"  {'':<{width}}  observation {r['observation_space']}; action {r['action_space']}")
-    return 0
-
-
-def _space_text(space: Any) -> str:
-    """A one-line summary of a Gymnasium space: kind and shape, sub-spaces by name."""
-    from gymnasium import spaces
-
-    if isinstance(space, spaces.Dict):
-        return "Dict(" + ", ".join(f"{k}: {_space_text(v)}" for k, v in space.items()) + ")"
-    if isinstance(space, spaces.Discrete):
-        return f"Discrete({space.n})"
-    if isinstance(space, spaces.MultiBinary):
-        return f"MultiBinary({space.n})"
-    shape = "x".join(str(d) for d in getattr(space, "shape", ()) or ())
-    return f"{type(space).__name__}({shape})"
-
-
-def _cmd_workloads(args: argparse.Namespace) -> int:
-    if args.action == "show":
-        return _show_workload(args)
-    from llmsched_gym.scenarios import WORKLOAD_KINDS, list_scenarios, load_scenario
-    from llmsched_gym.scenarios.spec import validate_workload
-    from llmsched_gym.workloads.catalog import list_traces, trace_info
-
-    validate_workload({"kind": "grid", "num_requests": 1, "mix": "SISO"}, "probe")  # load kinds
-    print("generators (scenario workload kinds):")
-    for name, kind in WORKLOAD_KINDS.items():
-        print(f"  {name:<10} {kind.description}")
-        print(f"  {'':<10} parameters: {', '.join(kind.params)}")
-    print("\ntraces (name: requests, arrivals; 'llmsched-gym workloads show NAME' for statistics):")
-    for name in list_traces():
-        info = trace_info(name)
-        print(f"  {name:<24} {info.num_requests:>6} requests  {info.description.split(':')[0]}")
-    print("\nscenarios (llmsched-gym simulate --scenario NAME):")
-    for name, desc in list_scenarios().items():
-        paper = load_scenario(name).paper
-        print(f"  {name:<32} [{paper or 'chat'}] {desc}")
-    return 0
-
-
-def _show_workload(args: argparse.Namespace) -> int:
-    from llmsched_gym.workloads.catalog import list_traces
-    from llmsched_gym.workloads.stats import (
-        flatten_requests,
-        job_stats,
-        plot_length_histogram,
-        workload_stats,
-    )
-
-    if args.name is None:
-        raise ConfigError("workloads show needs a NAME: a shipped trace, a scenario or a file")
-    common.check_output_file(args.plot, "--plot")
-    name = args.name
-    if name in list_traces() or (name.endswith(".jsonl") and Path(name).is_file()):
-        from llmsched_gym.workloads.trace import load_trace
-
-        if args.overrides:
-            raise ConfigError(f"--set overrides a scenario's fields; {name} is a trace")
-        items, label = list(load_trace(name)), f"trace {name}"
-    else:
-        from llmsched_gym.scenarios import load_scenario
-
-        scenario = load_scenario(name, common.parse_overrides(args.overrides))
-        items = scenario.build_workload(args.seed)
-        label = (
-            f"scenario {scenario.name} (seed {scenario.seed if args.seed is None else args.seed})"
-        )
-    specs = flatten_requests(items)
-    if not specs:
-        raise ConfigError(f"{label} has no requests")
-    stats = {**workload_stats(specs), **job_stats(items)}
-    print(label)
-    width = max(len(k) for k in stats)
-    for key, value in stats.items():
-        print(f"{key:<{width}}  {_format_value(key, value):>14}")
-    if args.plot:
-        path = plot_length_histogram(specs, args.plot, title=label)
-        print(f"wrote {path}")
-    return 0
-
-
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    if args.backend == "vllm":
-        from llmsched_gym.cli import live as live_cli
-
-        return live_cli.run_calibrate_vllm(args)
-    if args.backend != "torch":
-        raise ConfigError(f"calibrate: unknown backend {args.backend!r}")
-    from llmsched_gym.cost import torch_fit
-    from llmsched_gym.cost.registry import profile_file_stem
-
-    out = Path(args.out)
-    if args.from_dir:
-        folders = [Path(d) for d in args.from_dir]
-    else:
-        from llmsched_gym.cost import torch_profile
-
-        torch = torch_profile._import_torch()
-        folders = []
-        for cfg in torch_profile.configs_from_args(args, torch.cuda.is_available()):
-            print(f"measuring {cfg.model} on {cfg.device} ...", flush=True)
-            folders.append(torch_profile.run_profile(cfg, out / cfg.model, progress=True))
-    for folder in folders:
-        meas = torch_fit.load_measurements(folder)
-        tf = torch_fit.fit_measurements(meas, seed=args.seed, form=args.form)
-        stem = profile_file_stem(torch_fit.profile_name(meas, args.form)[0])
-        dest = out if args.from_dir else folder
-        written = torch_fit.write_fit_outputs(
-            tf,
-            Path(args.profile_dir or dest) / f"{stem}.yaml",
-            Path(args.report_dir or dest) / f"{stem}.md",
-            vidur_dir=args.vidur_dir,
-        )
-        h, c = tf.fit.heldout, tf.composition
-        print(
-            f"{meas.meta['model']}: {meas.steps.num_batches} measured steps; held-out MAPE "
-            f"{h.mape_pct:.2f}% (max {h.max_ape_pct:.1f}%), operator composition MAPE "
-            f"{c.mape_pct:.2f}%"
-        )
-        for kind, path in written.items():
-            print(f"  {kind}: {path}")
-    return 0
 
 
 COMMANDS = (
@@ -1009,7 +322,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "per engine step (step, time, scheduled, new, resumed, preempted, finished, "
         "num_free_blocks, num_running, num_waiting).",
     )
-    _add_run_args(p, DEFAULT_COST_MODEL)
+    run_options.add_run_args(p, run_options.DEFAULT_COST_MODEL)
     p.add_argument(
         "--scheduler", default="vllm-v1", metavar="NAME", help=f"default vllm-v1; {sched_help}"
     )
@@ -1030,134 +343,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_simulate)
 
-    p = sub.add_parser(
-        "compare",
-        help="run one workload under several schedulers; print a table and write a plot",
-        description=f"The main job: run the built-in schedulers on {COMPARE_SCENARIO} (1,000 "
-        "ShareGPT conversations at 2.5x the instance's capacity, where the schedulers' choices "
-        "change latency), print a comparison table with one line on why the rows differ, and "
-        "write comparison.csv and comparison.png. --trace splitwise-conv runs the Azure 2023 "
-        "conversation trace instead (below capacity: every scheduler ties). Cluster scenarios "
-        "run as clusters (--router picks the router).",
-    )
-    _add_run_args(
-        p,
-        DEFAULT_COST_MODEL,
-        default_scenario=COMPARE_SCENARIO,
-        budget_help="token budget of one engine step, the same for every scheduler (vLLM "
-        "--max-num-batched-tokens); default: the scenario's, else "
-        f"{COMPARE_BATCHED_TOKENS} or the longest request, because vllm-v0 cannot chunk prefills",
-    )
-    p.add_argument(
-        "--schedulers",
-        default=",".join(DEFAULT_SCHEDULERS),
-        metavar="A,B,...",
-        help=f"comma-separated schedulers (default {','.join(DEFAULT_SCHEDULERS)}); {sched_help}",
-    )
-    p.add_argument(
-        "--out", default="out/compare", metavar="DIR", help="output folder (default out/compare)"
-    )
-    p.set_defaults(func=_cmd_compare)
-
-    p = sub.add_parser(
-        "bench",
-        help="simulator speed on fixed workloads, fast-forward on and off",
-        description="Prints simulated requests and steps per wall-second on fixed workloads, with "
-        "fast-forward on and off and their ratio (figures go into BENCHMARKS.md).",
-    )
-    p.add_argument("--quick", action="store_true", help="smaller workloads (a smoke test)")
-    p.add_argument(
-        "--envs",
-        action="store_true",
-        help="instead: Gymnasium environment steps per second for each task on the chat scenario "
-        "(first 2,000 requests) with a vLLM-equivalent and a random agent",
-    )
-    g = p.add_argument_group(
-        "side by side with Vidur (--vs-vidur)",
-        "whole 'llmsched-gym simulate' processes on the Azure 2023 conversation trace clipped "
-        "as Vidur clips it, one Llama-2-70B TP2 A100 instance with Vidur's vLLM settings "
-        "(4,096-token batches, 128 sequences, 3,328 KV blocks, no prefix caching), vllm-v0 and "
-        "vllm-v1, records off and written; CPU seconds (median of --pairs rounds after "
-        "--warm-up rounds), steps and requests. With --vidur-dir, Vidur's own runs alternate with "
-        "ours and the ratio is printed",
-    )
-    g.add_argument("--vs-vidur", action="store_true", help="run this comparison instead")
-    g.add_argument(
-        "--pairs", type=common.positive_int, default=3, metavar="N", help="rounds (default 3)"
-    )
-    g.add_argument(
-        "--warm-up",
-        type=int,
-        default=1,
-        metavar="N",
-        help="uncounted rounds first (default 1; Vidur's first run trains its predictor)",
-    )
-    g.add_argument(
-        "--vidur-dir", metavar="DIR", help="a checkout of microsoft/vidur at 7d47513 to run too"
-    )
-    g.add_argument(
-        "--vidur-python",
-        default="python",
-        metavar="PY",
-        help="the Python that has Vidur's requirements (default python)",
-    )
-    g.add_argument(
-        "--vidur-predictor",
-        action="append",
-        choices=("random_forrest", "linear_regression"),
-        help="Vidur's execution-time predictor, repeatable (default random_forrest)",
-    )
-    g.add_argument(
-        "--out",
-        default="out/bench/vs-vidur",
-        metavar="DIR",
-        help="the clipped trace, records and runs.json go here (default out/bench/vs-vidur)",
-    )
-    p.set_defaults(func=_cmd_bench)
-
-    p = sub.add_parser(
-        "workloads",
-        help="list workload generators, traces and scenarios; show one's statistics",
-        description="Without arguments: every workload generator (scenario kind), shipped trace "
-        "and scenario with a one-line description. 'show NAME': a statistics table (counts, "
-        "rates, prompt/output length percentiles, prefix-sharing ratio, jobs) of a trace, "
-        "scenario or trace file, and optionally a length histogram.",
-    )
-    p.add_argument(
-        "action",
-        nargs="?",
-        default="list",
-        choices=("list", "show"),
-        help="list everything, or show one NAME's statistics (default list)",
-    )
-    p.add_argument("name", nargs="?", default=None, metavar="NAME", help="trace or scenario")
-    p.add_argument("--plot", metavar="FILE", help="write a prompt/output length histogram here")
-    p.add_argument(
-        "--seed", type=int, default=None, help="seed of a scenario's generator (default: its own)"
-    )
-    common.add_set_argument(p)
-    p.set_defaults(func=_cmd_workloads)
-
+    compare.add_parser(sub, sched_help)
+    bench.add_parser(sub)
+    catalog.add_workloads_parser(sub)
     if full or command in ("calibrate", "validate"):
-        _add_calibrate_parsers(sub)
+        from llmsched_gym.cli import calibrate
 
-    p = sub.add_parser(
-        "envs",
-        help="list the registered Gymnasium environment ids with task, scenario and spaces",
-    )
-    common.add_json_argument(p)
-    p.set_defaults(func=_cmd_envs)
-
-    p = sub.add_parser("list", help="list shipped traces, schedulers and cost profiles")
-    p.add_argument(
-        "what",
-        nargs="?",
-        default="all",
-        choices=("all", "traces", "schedulers", "profiles"),
-        help="what to list (default all)",
-    )
-    p.set_defaults(func=_cmd_list)
-
+        calibrate.add_parsers(sub)
+    catalog.add_envs_parser(sub)
+    catalog.add_list_parser(sub)
     if full or command == "leaderboard":
         from llmsched_gym.leaderboard import cli as leaderboard_cli
 
@@ -1167,68 +361,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
         counterfactual.add_parser(sub)
     return parser
-
-
-def _add_calibrate_parsers(sub: Any) -> None:
-    """``calibrate`` and ``validate`` (their options import the torch and live-vLLM helpers)."""
-    p = sub.add_parser(
-        "calibrate",
-        help="measure a model's engine steps on this machine and fit a cost profile",
-        description=(
-            "--backend vllm: drive a live vLLM engine (see .ci/setup_vllm_venv.sh) through a "
-            "designed grid of batch compositions and fit the profile from its measured steps "
-            "(options --vllm-*). --backend torch: build a Llama-style model from its config with "
-            "random weights, time its operators and whole engine steps over a designed grid "
-            "(CUDA graphs and events on a GPU, perf_counter on a CPU), fit the linear cost "
-            "profile on 80% of the measured steps, and report the held-out error by batch kind "
-            "and token range, with a plot. --from DIR refits existing measurements "
-            "(operators.csv, steps.csv, meta.json) without torch."
-        ),
-    )
-    p.add_argument(
-        "--backend",
-        choices=("torch", "vllm"),
-        default="torch",
-        help="what to measure: a random-weight model's operators with PyTorch, or a live vLLM "
-        "engine (default torch)",
-    )
-    from llmsched_gym.cli import live as live_cli
-    from llmsched_gym.cost import torch_profile
-
-    torch_profile.add_arguments(p)
-    live_cli.add_calibrate_vllm_args(p)
-    p.add_argument(
-        "--from",
-        dest="from_dir",
-        action="append",
-        metavar="DIR",
-        help="fit these measurement folders instead of measuring (repeatable)",
-    )
-    p.add_argument(
-        "--out",
-        default="out/calibrate",
-        metavar="DIR",
-        help="output folder (default out/calibrate)",
-    )
-    p.add_argument("--profile-dir", metavar="DIR", help="write the profile YAML here instead")
-    p.add_argument("--report-dir", metavar="DIR", help="write the report and plot here instead")
-    p.add_argument(
-        "--vidur-dir",
-        metavar="DIR",
-        help="Vidur's data/profiling folder, to cross-check operator times in the report",
-    )
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of the train / held-out split (default 0)"
-    )
-    p.add_argument(
-        "--form",
-        choices=("extended", "piecewise", "linear"),
-        default="extended",
-        help="profile form to fit (--backend torch): extended (torch:*, the default), piecewise "
-        "(torch-pw:*, piecewise token term and per-item prefill terms) or linear",
-    )
-    p.set_defaults(func=_cmd_calibrate)
-    live_cli.add_validate_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

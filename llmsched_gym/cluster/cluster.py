@@ -271,6 +271,9 @@ class Cluster:
             self._reset_router(self.decode_router)
 
     def _reset_router(self, router: Any) -> None:
+        bind = getattr(router, "bind_runner", None)
+        if callable(bind):  # a router that replays workloads runs them through this module
+            bind(run_cluster)
         reset = getattr(router, "reset", None)
         if callable(reset):
             reset([x.view() for x in self.instances], self.seed)

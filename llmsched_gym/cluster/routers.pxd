@@ -1,4 +1,4 @@
-from llmsched_gym.core.engine cimport Engine, _Stretch
+from llmsched_gym.core.engine cimport Engine
 from llmsched_gym.core.request cimport Request
 
 cdef class InstanceView:

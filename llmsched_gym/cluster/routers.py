@@ -19,6 +19,12 @@ Built-ins (DESIGN.md baselines; ProServe's MinLoad is ``least-load``):
 
 Ties go to the lowest instance index. Seeded routers draw from ``numpy.random.default_rng`` seeded
 by the run's seed (``reset``), so a run is deterministic under its seed.
+
+Before a run the cluster calls two optional methods: ``bind_runner(run_cluster)`` for routers
+that simulate what-ifs on a fresh copy of the cluster (HexGen-Text2SQL's α tuner replays
+windows), so that they never import the cluster, then ``reset(instances, seed)``. The papers'
+routers live with their policies (``llmsched_gym.policies.proserve``, ``...hexgen``) and are
+registered here on first need (:func:`make_router`).
 """
 
 from __future__ import annotations
@@ -359,7 +365,7 @@ class InstanceView:
 
 @runtime_checkable
 class RouterProtocol(Protocol):
-    """What the cluster needs of a router: ``route`` (``reset`` is optional)."""
+    """What the cluster needs of a router: ``route`` (``reset``, ``bind_runner`` optional)."""
 
     def route(
         self,
@@ -526,11 +532,14 @@ _reference_loaded = False
 
 
 def _load_reference_routers() -> None:
-    """Register the papers' routers (ProServe's GoRouting, HexGen's dispatchers) on first need."""
+    """Register the papers' routers (ProServe's GoRouting, HexGen's dispatchers) on first need.
+
+    Their packages live with the policies and register through this registry's
+    ``register_router``, handed to them by the policies registry: the cluster names no paper.
+    """
     global _reference_loaded
     if not _reference_loaded:
         _reference_loaded = True
-        from llmsched_gym.cluster import gorouting, hexgen
+        from llmsched_gym.policies.registry import register_reference_routers
 
-        gorouting.register(register_router)
-        hexgen.register(register_router)
+        register_reference_routers(register_router)

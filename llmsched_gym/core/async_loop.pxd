@@ -1,5 +1,7 @@
+from llmsched_gym.core.context cimport StepContext
+from llmsched_gym.core.engine cimport Engine
+from llmsched_gym.core.pricing cimport StepPricer
 from llmsched_gym.core.request cimport Request
-from llmsched_gym.core.engine cimport Engine, StepContext
 from llmsched_gym.kv.manager cimport KVCacheManager
 
 cdef class _Batch:

@@ -51,18 +51,32 @@ batches at once (``_try_stretch``); logs and records are identical to stepping t
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import cython
 
-from llmsched_gym.core.engine import _max_steps_within_blocks
+from llmsched_gym.core.fastforward import (
+    block_rooms,
+    free_after_steps,
+    head_fits,
+    place_blocks,
+    steps_within_blocks,
+    stretch_end,
+)
 from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.core.steplog import (
+    record_decode_steps,
+    record_step,
+    step_line,
+    write_decode_lines,
+    write_line,
+)
 from llmsched_gym.errors import PolicyError
 
 if TYPE_CHECKING:
-    from llmsched_gym.core.engine import Engine, StepContext
+    from llmsched_gym.core.context import StepContext
+    from llmsched_gym.core.engine import Engine
 
 _STALL_LIMIT = 10_000
 """Consecutive empty schedules (no tokens, no preemption) that make the loop call a deadlock."""
@@ -87,7 +101,7 @@ class _Batch:
         start: float,
         end: float,
         line: dict[str, Any] | None,
-        row: dict[str, Any] | None,
+        row: list[Any] | None,
     ) -> None:
         self.scheduled = scheduled
         """Tokens per request in scheduling order (vLLM's ``num_scheduled_tokens``)."""
@@ -99,7 +113,8 @@ class _Batch:
         self.line = line
         """Its schedule-log line without ``finished``; None for a batch that is not logged."""
         self.row = row
-        """Its per-step record without ``num_finished`` (``record_steps``), or None."""
+        """Its per-step record, ``record_step``'s arguments after the columns, without
+        ``num_finished`` (``record_steps``); None for a batch that is not recorded."""
 
 
 class AsyncLoop:
@@ -201,21 +216,12 @@ class AsyncLoop:
         n=cython.long,
         k=cython.long,
         j=cython.long,
-        i=cython.long,
         bs=cython.long,
-        free=cython.long,
         m0=cython.long,
         longest=cython.long,
         left=cython.long,
         c=cython.long,
-        pos=cython.long,
-        room=cython.long,
-        ev=cython.long,
-        end=cython.long,
-        stride=cython.long,
-        caching=cython.bint,
-        events=list,
-        free_after=list,
+        pricer="StepPricer",
     )
     def _try_stretch(self) -> bool:
         """Advance a steady decode stretch of ``j`` batches at once; False if it may not.
@@ -261,34 +267,22 @@ class AsyncLoop:
                 longest = c
         if k < 2:
             return False
-        if eng._phase_items and any(r.in_prefill_phase for r in running):
+        pricer = eng.pricer
+        if pricer.phase_items and any(r.in_prefill_phase for r in running):
             return False
         waiting = eng.waiting
-        if waiting and n < eng.config.max_num_seqs:
-            head = waiting.peek()
-            # As the synchronous stretch: free blocks only shrink, the head's need only grows.
-            if not kv.surely_blocked(head):
-                hits, _ = kv.get_computed_blocks(head)
-                if kv.blocks_to_admit(head, hits) <= kv.pool.num_free:
-                    return False
+        if waiting and n < eng.config.max_num_seqs and head_fits(kv, waiting.peek()):
+            return False  # as the synchronous stretch (``core/fastforward.py``)
         bs = kv.block_size
-        free = kv.pool.num_free
-        rooms = [len(r.blocks) * bs - r.num_computed_tokens for r in running]
-        if n * ((k + bs - 1) // bs) > free:
-            k = _max_steps_within_blocks(rooms, bs, free, k)
-            if k < 2:
-                return False
-        t_arr = (
-            eng._pending[eng._next_arrival].arrival_time
-            if eng._next_arrival < len(eng._pending)
-            else float("inf")
-        )
-        if eng._cancels and eng._cancels[0][0] < t_arr:
-            t_arr = eng._cancels[0][0]  # aborts apply where arrivals join
+        rooms = block_rooms(running, bs)
+        k = steps_within_blocks(running, bs, kv.pool.num_free, k, rooms)
+        if k < 2:
+            return False
+        t_arr = stretch_end(eng._pending, eng._next_arrival, eng._cancels)  # aborts apply there
         # Batch k + i is scheduled when batch k + i - 2 ends, i.e. when batch k + i - 1
         # starts: every batch of the stretch but the first must start before the arrival.
-        durations, starts = eng._decode_series(
-            n, m0, longest if eng._decode_series_longest is not None else 0, k, b.end, t_arr
+        durations, starts = pricer.decode_series(
+            n, m0, longest if pricer.needs_longest else 0, k, b.end, t_arr
         )
         j = len(durations)
         if j < 2:
@@ -296,6 +290,25 @@ class AsyncLoop:
         self._advance_stretch(j, durations, starts, rooms)
         return True
 
+    @cython.locals(
+        eng="Engine",
+        kv="KVCacheManager",
+        req=Request,
+        running=list,
+        events=list,
+        free_after=list,
+        n=cython.long,
+        j=cython.long,
+        i=cython.long,
+        bs=cython.long,
+        c=cython.long,
+        pos=cython.long,
+        room=cython.long,
+        end=cython.long,
+        stride=cython.long,
+        step0=cython.long,
+        caching=cython.bint,
+    )
     def _advance_stretch(
         self, j: int, durations: list[float], starts: list[float], rooms: list[int]
     ) -> None:
@@ -318,17 +331,8 @@ class AsyncLoop:
             if room < j:
                 events.extend(range(room * n + pos, end + pos, stride))
         events.sort()
-        free_after: list[int] = []
-        ev = 0
-        free = pool.num_free
-        for i in range(j):
-            while ev < len(events) and events[ev] // n == i:
-                free -= 1
-                ev += 1
-            free_after.append(free)
-        if events:
-            for e, blk in zip(events, pool.get_new_blocks(len(events)), strict=True):
-                running[e % n].blocks.append(blk)
+        free_after = free_after_steps(events, n, j, pool.num_free)
+        place_blocks(pool, running, events, n)
         caching = kv.enable_caching
         last_end = starts[j - 1]  # end of batch k + j - 1, the last one applied
         for req in running:
@@ -348,46 +352,21 @@ class AsyncLoop:
         for i in range(1, j):
             itl_values.append(starts[i] - starts[i - 1])
             itl_weights.append(n)
-        ids = None
+        for i in range(1, j):  # batch k + i's tokens, delivered at its end
+            for listener in eng.token_listeners:
+                listener(running, starts[i])
         step0 = eng.num_steps
         n_waiting = len(eng.waiting)
         log = eng.schedule_log
         if log is not None:
-            ids = json.dumps({r.request_id: 1 for r in running})
-            for i in range(j - 1):
-                log.write(
-                    f'{{"step": {step0 + i}, "time": {json.dumps(starts[i])}, '
-                    f'"scheduled": {ids}, "new": {{}}, "resumed": {{}}, "preempted": [], '
-                    f'"finished": [], "num_free_blocks": {free_after[i]}, '
-                    f'"num_running": {n}, "num_waiting": {n_waiting}}}\n'
-                )
-        steps = eng._steps
-        rows = []
-        for i in range(j):
-            row = None
-            if steps is not None:
-                row = {
-                    "step": step0 + i,
-                    "time_s": starts[i],
-                    "duration_s": durations[i],
-                    "num_scheduled_tokens": n,
-                    "num_prefill": 0,
-                    "num_decode": n,
-                    "num_new": 0,
-                    "num_resumed": 0,
-                    "num_preempted": 0,
-                    "num_finished": 0,
-                    "num_running": n,
-                    "num_waiting": n_waiting,
-                    "num_free_blocks": free_after[i],
-                }
-            rows.append(row)
-        if steps is not None:
-            for i in range(j - 1):
-                for key, value in rows[i].items():
-                    steps[key].append(value)
+            ids = [r.request_id for r in running]
+            write_decode_lines(log, step0, starts, free_after, ids, n_waiting, j - 1, [])
+        if eng._steps is not None:
+            record_decode_steps(
+                eng._steps, step0, starts, durations, free_after, n, n_waiting, j - 1, 0
+            )
         # Batch k + j stays in flight, as stepping leaves it.
-        line = None
+        line = row = None
         if log is not None:
             line = {
                 "step": step0 + j - 1,
@@ -401,10 +380,13 @@ class AsyncLoop:
                 "num_running": n,
                 "num_waiting": n_waiting,
             }
+        if eng._steps is not None:
+            row = [
+                step0 + j - 1, starts[j - 1], durations[j - 1], n, 0, n, 0, 0, 0, 0, n,
+                n_waiting, free_after[j - 1],
+            ]  # fmt: skip
         self.queue.append(
-            _Batch(
-                dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, rows[j - 1]
-            )
+            _Batch(dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, row)
         )
         self.gpu_free = starts[j]
         if last_end > eng.now:
@@ -429,7 +411,7 @@ class AsyncLoop:
             eng.policy.schedule_waiting_phase(ctx, self.stale)
         scheduled = ctx.scheduled
         num_free = eng._kv.pool.num_free
-        duration = eng._price(ctx) if scheduled else 0.0
+        duration = eng.pricer.price(ctx) if scheduled else 0.0
         end = start + duration
         self.gpu_free = end
         # vLLM's _update_after_schedule (+ AsyncScheduler's): advance computed tokens; a request
@@ -451,37 +433,18 @@ class AsyncLoop:
             eng.num_preemptions += len(ctx.preempted)
             step = eng.num_steps
             eng.num_steps += 1
-            if eng.schedule_log is not None:
-                line = {
-                    "step": step,
-                    "time": start,
-                    "scheduled": {r.request_id: n for r, n in scheduled.items()},
-                    "new": {r.request_id: h for r, h in ctx.new},
-                    "resumed": {r.request_id: h for r, h in ctx.resumed},
-                    "preempted": [r.request_id for r in ctx.preempted],
-                    "finished": [],
-                    "num_free_blocks": num_free,
-                    "num_running": len(eng._running),
-                    "num_waiting": len(eng.waiting),
-                }
+            if eng.schedule_log is not None:  # its ``finished`` is filled in by ``apply``
+                line = step_line(
+                    step, start, ctx, [], num_free, len(eng._running), len(eng.waiting)
+                )
                 if eng.unlogged_aborts:
                     line["aborted"] = eng.take_unlogged_aborts()
-            if eng._steps is not None:
-                row = {
-                    "step": step,
-                    "time_s": start,
-                    "duration_s": duration,
-                    "num_scheduled_tokens": ctx._tokens,
-                    "num_prefill": ctx._num_prefill,
-                    "num_decode": ctx._num_decode,
-                    "num_new": len(ctx.new),
-                    "num_resumed": len(ctx.resumed),
-                    "num_preempted": len(ctx.preempted),
-                    "num_finished": 0,
-                    "num_running": len(eng._running),
-                    "num_waiting": len(eng.waiting),
-                    "num_free_blocks": num_free,
-                }
+            if eng._steps is not None:  # its num_finished (index 9) is filled in by ``apply``
+                row = [
+                    step, start, duration, ctx._tokens, ctx._num_prefill, ctx._num_decode,
+                    len(ctx.new), len(ctx.resumed), len(ctx.preempted), 0, len(eng._running),
+                    len(eng.waiting), num_free,
+                ]  # fmt: skip
         # ctx._begin gives the next step a new dict: the batch keeps this one.
         return _Batch(scheduled, samplers, start, end, line, row)
 
@@ -629,6 +592,7 @@ class AsyncLoop:
         t=cython.long,
         samples=cython.bint,
         is_stale=cython.bint,
+        sampled=list,
     )
     def apply(self, batch: _Batch) -> None:
         """Apply a batch's output: vLLM 0.32.0 ``Scheduler.update_from_output`` (async).
@@ -651,6 +615,7 @@ class AsyncLoop:
         same_gap = 0
         k = 0
         samplers = batch.samplers
+        sampled = [] if eng.token_listeners else None
         for req, n in batch.scheduled.items():
             samples = samplers[k]
             k += 1
@@ -682,6 +647,8 @@ class AsyncLoop:
                 itl_values.append(end - last)
                 itl_weights.append(1)
             req.last_token_time = end
+            if sampled is not None:
+                sampled.append(req)
             p = req.num_output_placeholders
             if not is_stale:  # zeroed at the preemption that made it stale
                 p -= 1
@@ -695,15 +662,17 @@ class AsyncLoop:
         if same_gap:
             itl_values.append(end - start)
             itl_weights.append(same_gap)
+        if sampled:
+            for listener in eng.token_listeners:
+                listener(sampled, end)
         if finished:
             self._finish(finished, end)
         if batch.line is not None:
             batch.line["finished"] = [r.request_id for r in finished]
-            eng.schedule_log.write(json.dumps(batch.line) + "\n")
+            write_line(eng.schedule_log, batch.line)
         if batch.row is not None:
-            batch.row["num_finished"] = len(finished)
-            for key, value in batch.row.items():
-                eng._steps[key].append(value)
+            batch.row[9] = len(finished)  # num_finished
+            record_step(eng._steps, *batch.row)
 
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end`` in scheduling order: free blocks, leave their queue.
@@ -727,12 +696,4 @@ class AsyncLoop:
             req.finish_time = end
             eng._kv.free(req)
             eng.policy.on_finish(req, end)
-        eng.finished.extend(finished)
-        for listener in eng.finish_listeners:
-            listener(finished, end)
-        if eng.jobs is not None:
-            released = []
-            for req in finished:
-                released.extend(eng.jobs.on_finish(req.spec, end))
-            if released:
-                eng._release(released)
+        eng._finished(finished, end)

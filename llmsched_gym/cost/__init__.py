@@ -8,7 +8,10 @@
 * :func:`load_cost_model`, :func:`list_profiles`, :func:`profile_info` — the registry of specs
   (``constant:S``, ``roofline:<model>@<gpu>/tp<N>``, fitted ``vidur:...`` profiles, YAML paths);
 * :func:`num_gpu_blocks`, :func:`kv_capacity` — KV-cache capacity as vLLM computes it;
-* :mod:`llmsched_gym.cost.fit` — fitting linear profiles from Vidur's GPU measurements.
+
+The tools that make profiles (the torch profiler, the fits to measured or Vidur-composed step
+times) live in :mod:`llmsched_gym.calibration`; this package holds only what the engine prices
+with.
 """
 
 from llmsched_gym.cost.base import (

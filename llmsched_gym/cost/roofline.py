@@ -52,10 +52,8 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from llmsched_gym.cost.base import LinearCostModel
 from llmsched_gym.cost.capacity import KVCapacity, MemoryOverheads, kv_capacity
 from llmsched_gym.cost.hardware import GPUSpec, ModelSpec, get_gpu, get_model
-from llmsched_gym.cost.linearfit import FEATURES, FitResult, design_batches, fit_linear
 from llmsched_gym.errors import CostModelError
 
 __all__ = ["RooflineCostModel", "RooflineParams"]
@@ -291,7 +289,7 @@ class RooflineCostModel:
         so, pr, fx, gc, gw, ga, *_ = self._k
         return gw / (gc - ga) if gc > ga else float("inf")
 
-    # ------------------------------------------------------------------ capacity and linear fit
+    # ------------------------------------------------------------------ capacity
     def max_model_len(self) -> int:
         """vLLM's default ``max_model_len``: the model's ``max_position_embeddings``."""
         return self.model_spec.max_position_embeddings
@@ -328,44 +326,6 @@ class RooflineCostModel:
             max_num_seqs=max_num_seqs,
             overheads=overheads,
         )
-
-    def linearize(
-        self,
-        num_batches: int = 4000,
-        seed: int = 0,
-        max_num_batched_tokens: int = 8192,
-        max_num_seqs: int = 256,
-        max_model_len: int = 8192,
-        heldout_fraction: float = 0.2,
-    ) -> FitResult:
-        """Least-squares :class:`LinearCostModel` of this roofline over a designed grid of batches.
-
-        The roofline is piecewise linear (a kink at :meth:`ridge_tokens`), so the fit trades
-        accuracy at small and large T; read ``result.heldout.mape_pct`` before relying on it.
-
-        Args:
-            num_batches: batches drawn by :func:`~llmsched_gym.cost.linearfit.design_batches`.
-            seed: seed of the design and of the train / held-out split.
-            max_num_batched_tokens: token budget of the design's batches.
-            max_num_seqs: most requests per batch.
-            max_model_len: most tokens per request.
-            heldout_fraction: share of batches kept out of the fit.
-
-        Returns:
-            The fit (``.model`` is the LinearCostModel, named ``<name>:linear``) and its errors.
-        """
-        batches = design_batches(
-            num_batches, seed, max_num_batched_tokens, max_num_seqs, max_model_len
-        )
-        feats = batches.features()
-        y = self.step_times(*(feats[f] for f in FEATURES))
-        return fit_linear(
-            feats, y, name=f"{self.name}:linear", seed=seed, heldout_fraction=heldout_fraction
-        )
-
-    def to_linear(self, **kwargs: object) -> LinearCostModel:
-        """Shortcut for ``self.linearize(**kwargs).model``."""
-        return self.linearize(**kwargs).model  # type: ignore[arg-type]
 
     def describe(self) -> dict[str, object]:
         """Plain-data description: what is modelled, with which parameters and constants."""

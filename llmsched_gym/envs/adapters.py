@@ -38,11 +38,11 @@ from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
 from llmsched_gym.envs.base import InvalidActionError, LLMSchedEnv, check_box, check_discrete
 from llmsched_gym.envs.batch_type_v0 import DECODE, PREFILL, BatchTypeEnv, batch_type_masks
 from llmsched_gym.envs.knob_v0 import KnobEnv, knob_caps
-from llmsched_gym.envs.packing import drive, pack
 from llmsched_gym.envs.preempt_v0 import PreemptEnv
 from llmsched_gym.envs.priority_v0 import PriorityEnv, set_scores
 from llmsched_gym.envs.select_v0 import BLOCKED, PREEMPTED_SELF, BatchBuilder, SelectEnv
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.policies.vllm_v1 import drive, pack
 
 __all__ = ["AgentPolicy", "AgentRouter", "PolicyAgent", "RouterAgent", "rollout"]
 

@@ -164,6 +164,43 @@ class LLMSchedEnv(gym.Env):
     ) -> None:
         from llmsched_gym.cost.registry import load_cost_model
 
+        sc = self._load_scenario(scenario, scenario_overrides, backend)
+        self._check_settings(
+            top_k, reward, reward_scale, max_requests, max_episode_steps, max_sim_time_s,
+            render_mode,
+        )  # fmt: skip
+        self._check_engine(sc)
+        self.scenario = sc
+        self.cost_model = load_cost_model(sc.cost_model)
+        self.config = None if self.cluster_task else sc.engine_config(self.cost_model)
+        self.top_k = top_k
+        self.reward_kind = reward
+        self.reward_scale = float(reward_scale)
+        self.max_requests = max_requests
+        self.max_episode_steps = max_episode_steps
+        self.max_sim_time_s = float("inf") if max_sim_time_s is None else float(max_sim_time_s)
+        self.oracle = bool(oracle)
+        self.lookup_prefix = bool(lookup_prefix)
+        self.strict_masks = bool(strict_masks)
+        self._action_replaced = False
+        self.render_mode = render_mode
+        self.backend = backend
+        self.observation_space = self._make_observation_space()
+        self.action_space = self._make_action_space()
+        self.engine: Engine | None = None
+        self.ledger: RewardLedger | None = None
+        self.observer: Observer | None = None
+        self.workload_seed: int | None = None
+        self._visible: list[Request] = []
+        self._ended = True
+        self._final_pending = False
+        self._num_env_steps = 0
+        self._episode_return = 0.0
+
+    def _load_scenario(
+        self, scenario: str | Scenario, overrides: Mapping[str, Any] | None, backend: str
+    ) -> Scenario:
+        """The episode's scenario, checked against this task and backend."""
         if backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
         if backend not in self.backends:
@@ -172,11 +209,10 @@ class LLMSchedEnv(gym.Env):
                 f"{' or '.join(repr(b) for b in self.backends)} (the Priority environments also "
                 "run on a live vLLM engine, backend='vllm')"
             )
-
         if isinstance(scenario, Scenario):
-            sc = scenario.with_overrides(scenario_overrides) if scenario_overrides else scenario
+            sc = scenario.with_overrides(overrides) if overrides else scenario
         else:
-            sc = load_scenario(scenario, dict(scenario_overrides or {}))
+            sc = load_scenario(scenario, dict(overrides or {}))
         if self.cluster_task and sc.cluster is None:
             raise ConfigError(
                 f"scenario {sc.name!r} has no cluster section; the {self.task} environment "
@@ -187,6 +223,19 @@ class LLMSchedEnv(gym.Env):
                 f"scenario {sc.name!r} describes a cluster; the {self.task} environment drives "
                 "one engine (use llmsched/Route-* to route between a cluster's instances)"
             )
+        return sc
+
+    def _check_settings(
+        self,
+        top_k: Any,
+        reward: Any,
+        reward_scale: Any,
+        max_requests: Any,
+        max_episode_steps: Any,
+        max_sim_time_s: Any,
+        render_mode: Any,
+    ) -> None:
+        """Refuse bad constructor settings, naming the setting and its value."""
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
         if reward not in REWARD_KINDS:
@@ -214,6 +263,10 @@ class LLMSchedEnv(gym.Env):
                 f"render_mode must be one of {self.metadata['render_modes']} or None, got "
                 f"{render_mode!r}"
             )
+
+    @staticmethod
+    def _check_engine(sc: Scenario) -> None:
+        """Refuse engine settings the environments cannot step (async, no chunking, adaptive)."""
         if sc.engine.get("async_scheduling"):
             raise ConfigError(
                 f"scenario {sc.name!r}: engine.async_scheduling=True is not supported by the "
@@ -232,32 +285,6 @@ class LLMSchedEnv(gym.Env):
                     f"environments (their actions choose chunk sizes); set it to "
                     f"{str(default).lower()}"
                 )
-        self.scenario = sc
-        self.cost_model = load_cost_model(sc.cost_model)
-        self.config = None if self.cluster_task else sc.engine_config(self.cost_model)
-        self.top_k = top_k
-        self.reward_kind = reward
-        self.reward_scale = float(reward_scale)
-        self.max_requests = max_requests
-        self.max_episode_steps = max_episode_steps
-        self.max_sim_time_s = float("inf") if max_sim_time_s is None else float(max_sim_time_s)
-        self.oracle = bool(oracle)
-        self.lookup_prefix = bool(lookup_prefix)
-        self.strict_masks = bool(strict_masks)
-        self._action_replaced = False
-        self.render_mode = render_mode
-        self.backend = backend
-        self.observation_space = self._make_observation_space()
-        self.action_space = self._make_action_space()
-        self.engine: Engine | None = None
-        self.ledger: RewardLedger | None = None
-        self.observer: Observer | None = None
-        self.workload_seed: int | None = None
-        self._visible: list[Request] = []
-        self._ended = True
-        self._final_pending = False
-        self._num_env_steps = 0
-        self._episode_return = 0.0
 
     # -- hooks ---------------------------------------------------------------------------------
     def _make_observation_space(self) -> gym.Space:

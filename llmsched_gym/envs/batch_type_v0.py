@@ -9,7 +9,7 @@ from gymnasium import spaces
 
 from llmsched_gym.core.engine import StepContext
 from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_discrete
-from llmsched_gym.envs.packing import drive, pack, vllm_victim
+from llmsched_gym.policies.vllm_v1 import drive, pack, vllm_victim
 
 PREFILL, DECODE = 0, 1
 

@@ -10,8 +10,8 @@ from gymnasium import spaces
 
 from llmsched_gym.core.engine import StepContext
 from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_box
-from llmsched_gym.envs.packing import drive, pack, vllm_victim
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.policies.vllm_v1 import drive, pack, vllm_victim
 
 
 class KnobPolicy(EnvPolicy):

@@ -9,7 +9,7 @@ from gymnasium import spaces
 
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.envs.base import EnvPolicy, InvalidActionError, LLMSchedEnv, check_discrete
-from llmsched_gym.envs.packing import Packer, pack
+from llmsched_gym.policies.vllm_v1 import Packer, pack
 
 
 class PreemptPolicy(EnvPolicy):

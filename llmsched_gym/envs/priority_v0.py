@@ -12,8 +12,8 @@ from gymnasium import spaces
 from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_box
-from llmsched_gym.envs.packing import drive, pack
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.policies.vllm_v1 import drive, pack
 
 
 class PriorityPolicy(EnvPolicy):

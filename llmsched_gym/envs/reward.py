@@ -14,9 +14,9 @@ latency, or total job latency) once the workload drains.
 
 The SLO terms count units at their finish: ``slo`` counts units with an SLO that met it (request:
 strict ``ttft < slo_ttft_s``, strict ``tpot < slo_tpot_s`` with a single-token request meeting any
-TPOT SLO, ``finish <= deadline_s``; job: ``latency <= slo_e2e_s``), exactly as the records'
-``slo_met`` column does; ``goodput`` counts finished units that met their SLOs or have none (the
-numerator of the ``goodput`` metric).
+TPOT SLO, ``finish <= deadline_s``; job: ``latency <= slo_e2e_s``) by the rules that fill the
+records' ``slo_met`` column (``llmsched_gym.metrics.slo``); ``goodput`` counts finished units
+that met their SLOs or have none (the numerator of the ``goodput`` metric).
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ from typing import Any
 from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import Request
+from llmsched_gym.metrics.slo import has_slo, latency_slo_met, request_slo_met
+
+_NAN = math.nan
 
 REWARD_KINDS = ("latency", "slo", "goodput")
 """Selectable rewards: ``latency`` (default), ``slo`` (SLO-met count), ``goodput`` (good count)."""
@@ -83,15 +86,12 @@ class RewardLedger:
             return
         self._close(arrival, end)
         spec = req.spec
-        has_slo = (
-            spec.slo_ttft_s is not None
-            or spec.slo_tpot_s is not None
-            or spec.deadline_s is not None
-        )
-        if has_slo:
+        slo_ttft, slo_tpot = _or_nan(spec.slo_ttft_s), _or_nan(spec.slo_tpot_s)
+        deadline = _or_nan(spec.deadline_s)
+        if has_slo(slo_ttft, slo_tpot, deadline):
             first, arr, n_out = self._first_token(req)
-            met = _request_met(first, arr, n_out, spec, end)
-            if met:
+            tpot = (end - first) / (n_out - 1) if n_out > 1 else _NAN
+            if request_slo_met(first - arr, tpot, end, slo_ttft, slo_tpot, deadline):
                 self.num_slo_met += 1
                 self.num_good += 1
         else:
@@ -138,9 +138,10 @@ class RewardLedger:
             arrival = float(job.arrival_time)
             latency = finish - arrival
             self._close(arrival, finish)
-            if job.slo_e2e_s is not None and latency <= job.slo_e2e_s:
+            if job.slo_e2e_s is None:
+                self.num_good += 1
+            elif latency_slo_met(latency, job.slo_e2e_s):
                 self.num_slo_met += 1
-            if job.slo_e2e_s is None or latency <= job.slo_e2e_s:
                 self.num_good += 1
         self._touched_jobs.clear()
 
@@ -175,15 +176,9 @@ class RewardLedger:
         }
 
 
-def _request_met(first: float, arrival: float, n_out: int, spec: Any, finish: float) -> bool:
-    """The records' ``slo_met`` for a request finishing at ``finish`` (same float operations)."""
-    if spec.slo_ttft_s is not None and not (first - arrival) < spec.slo_ttft_s:
-        return False
-    if spec.slo_tpot_s is not None and n_out > 1:
-        tpot = (finish - first) / (n_out - 1)
-        if not (math.isnan(tpot) or tpot < spec.slo_tpot_s):
-            return False
-    return not (spec.deadline_s is not None and not finish <= spec.deadline_s)
+def _or_nan(value: float | None) -> float:
+    """An SLO or deadline as the SLO rules take it: NaN when unset."""
+    return _NAN if value is None else value
 
 
 class ClusterLedger(RewardLedger):

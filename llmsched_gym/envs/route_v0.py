@@ -285,25 +285,7 @@ class RouteObserver:
             gap / (gap + 1.0),
             mean_backlog / (mean_backlog + 10.0),
         ]
-        slack = _slack(request, job, now)
-        p = request.priority
-        if job is not None:
-            progress = job.num_finished / job.num_released if job.num_released else 0.0
-            stages = len(job.stages_finished)
-            age = max(0.0, now - job.arrival_time)
-            job_feats = (progress, stages / (stages + 4.0), 1.0, age / (age + 10.0))
-        else:
-            job_feats = (0.0, 0.0, 0.0, 0.0)
-        req = [
-            prompt / (prompt + 1024.0),
-            mt / (mt + 1024.0),
-            p / (abs(p) + 1.0),
-            slack / (abs(slack) + 1.0),
-            *job_feats,
-        ]
-        if self.oracle:
-            out = min(request.output_len, mt)
-            req.append(out / (out + 256.0))
+        req = _request_features(request, job, now, self.oracle)
         flat = np.array(glob + req + rows, dtype=np.float32)
         _clip(flat, -1.0, 1.0)
         g = len(glob)
@@ -317,6 +299,32 @@ class RouteObserver:
             "instances": flat[q:].reshape(n, len(INSTANCE_FEATURES)),
             "mask": mask,
         }
+
+
+def _request_features(request: Any, job: Any, now: float, oracle: bool) -> list[float]:
+    """The ``request`` part of the observation (``REQUEST_FEATURES``), before clipping."""
+    prompt = request.prompt_len
+    mt = request.max_tokens
+    slack = _slack(request, job, now)
+    p = request.priority
+    if job is not None:
+        progress = job.num_finished / job.num_released if job.num_released else 0.0
+        stages = len(job.stages_finished)
+        age = max(0.0, now - job.arrival_time)
+        job_feats = (progress, stages / (stages + 4.0), 1.0, age / (age + 10.0))
+    else:
+        job_feats = (0.0, 0.0, 0.0, 0.0)
+    req = [
+        prompt / (prompt + 1024.0),
+        mt / (mt + 1024.0),
+        p / (abs(p) + 1.0),
+        slack / (abs(slack) + 1.0),
+        *job_feats,
+    ]
+    if oracle:
+        out = min(request.output_len, mt)
+        req.append(out / (out + 256.0))
+    return req
 
 
 def _slack(request: Any, job: Any, now: float) -> float:

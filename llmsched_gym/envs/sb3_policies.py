@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
+from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
@@ -160,7 +160,10 @@ class RowHeads(nn.Module):
         )
 
     def row_scores(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scores (batch, K) or (batch, K + 1) with the stop logit last, z (batch, K, hidden))``."""
+        """``(scores, z)``: scores (batch, K), or (batch, K + 1) with the stop logit last.
+
+        ``z`` (batch, K, hidden) is each row's last hidden layer (gSDE's features).
+        """
         h, p, _ = self._split(features)
         b, k, d = h.shape
         z = self.score_hidden(torch.cat([h, p.unsqueeze(1).expand(b, k, d)], dim=2))
@@ -198,7 +201,8 @@ class MaskedRowGaussian(Distribution):
         self.num_rows = num_rows
         self.mask: torch.Tensor | None = None
 
-    def proba_distribution_net(self, *args: Any, **kwargs: Any) -> Any:  # built by the policy
+    def proba_distribution_net(self, *args: Any, **kwargs: Any) -> Any:
+        """Not used: the row-scoring policy builds its own heads."""
         raise NotImplementedError("the row-scoring policy builds its own heads")
 
     def proba_distribution(  # type: ignore[override]
@@ -214,19 +218,24 @@ class MaskedRowGaussian(Distribution):
         return (self.distribution.log_prob(actions) * self.mask).sum(dim=1)
 
     def entropy(self) -> torch.Tensor:
+        """Sum over the visible rows of each row's entropy."""
         return (self.distribution.entropy() * self.mask).sum(dim=1)
 
     def sample(self) -> torch.Tensor:
+        """Independent noise on every row."""
         return self.distribution.rsample()
 
     def mode(self) -> torch.Tensor:
+        """The mean scores (deterministic action)."""
         return self.distribution.mean
 
     def actions_from_params(self, *args: Any, deterministic: bool = False, **kw: Any) -> Any:
+        """Set the parameters, then sample (or take the mode)."""
         self.proba_distribution(*args, **kw)
         return self.get_actions(deterministic=deterministic)
 
     def log_prob_from_params(self, *args: Any, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampled actions and their log-probability."""
         actions = self.actions_from_params(*args, **kw)
         return actions, self.log_prob(actions)
 
@@ -257,6 +266,7 @@ class RowSDEGaussian(MaskedRowGaussian):
         return super().proba_distribution(mean, torch.sqrt(var), mask)
 
     def sample(self) -> torch.Tensor:
+        """The mean plus the held perturbation ``z_k . eps`` of each row."""
         mean, z = self.distribution.mean, self.z
         eps = self.eps if len(self.eps) == len(z) else self.eps[:1].expand(len(z), -1)
         return mean + torch.einsum("bkh,bh->bk", z, eps)

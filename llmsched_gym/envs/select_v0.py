@@ -10,8 +10,8 @@ from gymnasium import spaces
 from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_discrete
-from llmsched_gym.envs.packing import vllm_victim
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.policies.vllm_v1 import vllm_victim
 
 SCHEDULED, PREEMPTED_SELF, BLOCKED = "scheduled", "preempted_self", "blocked"
 
@@ -247,4 +247,3 @@ class WorkConservingAgent:
         return self.model.predict(
             observation, state, episode_start, deterministic, action_masks=action_masks
         )
-

@@ -19,12 +19,12 @@ from llmsched_gym.metrics.columns import (
     RequestColumn,
     StepColumn,
 )
+from llmsched_gym.metrics.slo import latency_slo_met, slo_outcome
 from llmsched_gym.metrics.table import (
     FLOAT_REQUEST_COLUMNS,
     INT_REQUEST_COLUMNS,
     INT_STEP_COLUMNS,
     derived_request_columns,
-    slo_outcome,
 )
 
 __all__ = ["frame_from_table", "jobs_frame", "requests_frame", "slo_outcome", "steps_frame"]
@@ -275,7 +275,7 @@ def jobs_frame(requests: pd.DataFrame, jobs: Sequence[Any] | None = None) -> pd.
         frame = _with_job_info(frame, jobs)
     slo = frame[JobColumn.SLO_E2E_S.value].to_numpy(np.float64)
     latency = frame[JobColumn.LATENCY_S.value].to_numpy(np.float64)
-    met = pd.array(np.nan_to_num(latency, nan=np.inf) <= slo, dtype="boolean")
+    met = pd.array(latency_slo_met(np.nan_to_num(latency, nan=np.inf), slo), dtype="boolean")
     met[np.isnan(slo)] = pd.NA
     frame[JobColumn.SLO_MET.value] = met
     frame = frame.sort_values(

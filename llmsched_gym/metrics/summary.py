@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmsched_gym.metrics.columns import JobColumn, Metric, RequestColumn, StepColumn
-from llmsched_gym.metrics.table import slo_outcome
+from llmsched_gym.metrics.slo import slo_outcome
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -2,8 +2,9 @@
 
 A *request table* is a dict from ``RequestColumn`` value to a numpy array, in the enum's order:
 times and SLOs float64 (NaN: none), counts and priority int64, ids object (None: missing),
-``slo_met`` object (True / False / None: no SLO). ``records.requests_frame`` turns it into the
-DataFrame users see; the derived columns have one definition, here. The CLI writes tables
+``slo_met`` object (True / False / None: no SLO). ``request_columns`` reads the raw columns off
+the engine's finished requests; ``records.requests_frame`` turns a table into the DataFrame
+users see; the derived columns have one definition, here. The CLI writes tables
 directly (``write_table``), so a plain ``simulate`` never pays for importing pandas.
 """
 
@@ -13,19 +14,23 @@ import gzip
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.metrics._atomic import atomic_output
 from llmsched_gym.metrics.columns import DERIVED_REQUEST_COLUMNS, RequestColumn, StepColumn
+from llmsched_gym.metrics.slo import slo_outcome
 
 __all__ = [
     "FLOAT_REQUEST_COLUMNS",
     "INT_REQUEST_COLUMNS",
     "INT_STEP_COLUMNS",
     "derived_request_columns",
+    "request_columns",
     "request_table",
-    "slo_outcome",
+    "spec_columns",
     "step_table",
     "write_table",
 ]
@@ -59,29 +64,62 @@ INT_REQUEST_COLUMNS = (
 )
 
 
-def slo_outcome(
-    ttft_s: np.ndarray,
-    tpot_s: np.ndarray,
-    finish_time_s: np.ndarray,
-    slo_ttft_s: np.ndarray,
-    slo_tpot_s: np.ndarray,
-    deadline_s: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (met, has_slo) per request; a NaN SLO or deadline means "none".
+def spec_columns(specs: Sequence[Any]) -> dict[str, list]:
+    """The record columns that come straight from the requests' specs (SLOs, job, client)."""
+    return {
+        RC.WEIGHT.value: [s.weight for s in specs],
+        RC.SLO_TTFT_S.value: [s.slo_ttft_s for s in specs],
+        RC.SLO_TPOT_S.value: [s.slo_tpot_s for s in specs],
+        RC.DEADLINE_S.value: [s.deadline_s for s in specs],
+        RC.JOB_ID.value: [s.job_id for s in specs],
+        RC.STAGE.value: [s.stage for s in specs],
+        RC.CLIENT_ID.value: [s.client_id for s in specs],
+    }
 
-    A request meets its SLOs when it finished, ``ttft < slo_ttft`` (strict), ``tpot < slo_tpot``
-    (strict; a NaN tpot, i.e. a single output token, counts as met) and
-    ``finish <= deadline``, each only where set.
+
+def request_columns(
+    finished: Sequence[Request], instance_id: int = 0, aborted: Sequence[Request] = ()
+) -> dict[str, list]:
+    """Per-request record columns (raw ones; derived columns are added by the frame).
+
+    ``aborted`` requests (``RequestSpec.cancel_time``) get a row too, with ``finish_time_s``
+    NaN (they never finished, so latency and throughput metrics leave them out), the tokens
+    they got, and ``num_cached_tokens`` 0 if never admitted.
     """
-    finished = ~np.isnan(finish_time_s)
-    no_ttft, no_tpot, no_deadline = np.isnan(slo_ttft_s), np.isnan(slo_tpot_s), np.isnan(deadline_s)
-    with np.errstate(invalid="ignore"):
-        ttft_ok = no_ttft | (ttft_s < slo_ttft_s)
-        tpot_ok = no_tpot | (tpot_s < slo_tpot_s) | np.isnan(tpot_s)
-        deadline_ok = no_deadline | (finish_time_s <= deadline_s)
-    met = finished & ttft_ok & tpot_ok & deadline_ok
-    has_slo = ~(no_ttft & no_tpot & no_deadline)
-    return met, has_slo
+    reqs = sorted([*finished, *aborted], key=lambda r: r.seq)
+    specs = [r.spec for r in reqs]
+    computed = [r.num_computed_total for r in reqs]
+    done = [r.status is RequestStatus.FINISHED for r in reqs]
+    cached = [max(r.num_cached_tokens, 0) for r in reqs]
+    # Refill: tokens computed beyond one pass over prompt + output (the last token is sampled,
+    # never computed) minus the first prefix hit, i.e. recomputation after preemption. For an
+    # aborted request, beyond one pass over what it had when aborted (at least 0).
+    refill = [
+        c - (r.num_prompt_tokens + r.num_output_tokens - 1 - h)
+        if d
+        else max(0, c - (r.num_computed_tokens - h))
+        for r, c, h, d in zip(reqs, computed, cached, done, strict=True)
+    ]
+    return {
+        RC.REQUEST_ID.value: [r.request_id for r in reqs],
+        RC.ARRIVAL_TIME_S.value: [r.arrival_time for r in reqs],
+        RC.FIRST_SCHEDULED_TIME_S.value: [r.first_scheduled_time for r in reqs],
+        RC.FIRST_TOKEN_TIME_S.value: [r.first_token_time for r in reqs],
+        RC.FINISH_TIME_S.value: [
+            r.finish_time if d else None for r, d in zip(reqs, done, strict=True)
+        ],
+        RC.NUM_PROMPT_TOKENS.value: [r.num_prompt_tokens for r in reqs],
+        RC.NUM_OUTPUT_TOKENS.value: [r.num_output_tokens for r in reqs],
+        RC.NUM_CACHED_TOKENS.value: cached,
+        RC.NUM_COMPUTED_TOKENS.value: computed,
+        RC.NUM_REFILL_TOKENS.value: refill,
+        RC.NUM_PREEMPTIONS.value: [r.num_preemptions for r in reqs],
+        RC.PRIORITY.value: [r.priority for r in reqs],
+        **spec_columns(specs),
+        RC.INSTANCE_ID.value: [instance_id] * len(reqs),
+        RC.PREFILL_INSTANCE_ID.value: [instance_id] * len(reqs),
+        RC.KV_TRANSFER_S.value: [None] * len(reqs),
+    }
 
 
 def derived_request_columns(

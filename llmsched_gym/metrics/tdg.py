@@ -8,12 +8,13 @@ token on time), ``TDG_Ratio = sum f / Ideal_Gain`` and ``Miss_TDG_Ratio = 1 - TD
 
 Two ways to get the token times t_i:
 
-* **Exact** (:class:`TokenTimelineRecorder`): a wrapper policy that notes, after the wrapped policy
-  built a step, which scheduled requests sample a token in it; the token's time is the step end,
-  which is the clock at the next ``schedule`` call (a request that samples a token stays running
-  or waiting, so the engine never jumps its clock over it) or the ``on_finish`` time. It costs
-  O(1) per delivered token, in the same loop shape as the engine's own sampling loop, and turns
-  the engine's fast-forward off for the wrapped policy (the result is identical, only slower).
+* **Exact** (:meth:`TDGCollector.on_tokens`): a token listener of the engine
+  (``Engine.token_listeners``, see ``core/steplog.py``), which calls it after every step with
+  the requests that delivered a token and the step's end time, the token's delivery time. It
+  costs O(1) per delivered token. Attach it with ``engine.token_listeners.append(
+  collector.on_tokens)``, or wrap a policy in :class:`TokenTimelineRecorder` where only a policy
+  can be handed over (a registered policy factory): the wrapper attaches the listener to each
+  engine it runs on.
 * **Records only** (:func:`tdg_uniform`): from per-request records (first-token and finish
   times, output tokens), assuming the decode tokens are evenly spaced between the first and last
   token (``t_i = t_1 + (i - 1) * TPOT``), closed form and vectorised. It is exact for the first
@@ -34,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from llmsched_gym.config import EngineConfig
-from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
-from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.core.request import Request
+from llmsched_gym.metrics.slo import has_slo, request_slo_met
 
 __all__ = [
     "TDGCollector",
@@ -86,11 +87,16 @@ def ideal_gain(num_output: np.ndarray, weight: np.ndarray, wp: float, wd: float)
 
 
 def slo_attainment(table: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Per-request SLO met (TTFT < SLO and TPOT < SLO, strict) from a request table.
+    """Per-request SLO met, the records' rule (``metrics.slo``), from a request table.
+
+    A request counts as met when it has an SLO and meets it (TTFT < SLO and TPOT < SLO, strict;
+    ``finish <= deadline_s`` where the table has deadlines); a request without any SLO counts as
+    missed, so the mean over the table is the attainment of tables whose requests all have SLOs
+    (ProServe's).
 
     Args:
         table: Per-request columns (``RequestColumn`` names): arrival, first token and finish
-            times, output tokens and the SLO columns.
+            times, output tokens and the SLO columns (``deadline_s`` optional).
 
     Returns:
         Boolean array, one per request.
@@ -101,8 +107,14 @@ def slo_attainment(table: Mapping[str, np.ndarray]) -> np.ndarray:
     n = np.asarray(table["num_output_tokens"], dtype=float)
     s1 = np.asarray(table["slo_ttft_s"], dtype=float)
     s2 = np.asarray(table["slo_tpot_s"], dtype=float)
-    tpot = np.where(n > 1, (tn - t1) / np.maximum(n - 1, 1), 0.0)
-    return ((t1 - a) < s1) & ((n <= 1) | (tpot < s2))
+    d = (
+        np.asarray(table["deadline_s"], dtype=float)
+        if "deadline_s" in table
+        else np.full_like(a, np.nan)
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(n > 1, (tn - t1) / (n - 1), np.nan)
+    return request_slo_met(t1 - a, tpot, tn, s1, s2, d) & has_slo(s1, s2, d)
 
 
 def tdg_uniform(
@@ -147,9 +159,9 @@ def tdg_uniform(
 
 
 class TDGCollector:
-    """Per-request token tallies filled by :class:`TokenTimelineRecorder` (one per run).
+    """Per-request token tallies, filled by ``on_tokens`` as an engine's token listener.
 
-    Several recorders (the instances of a cluster) may share one collector.
+    Several engines (the instances of a cluster) may share one collector.
     """
 
     def __init__(self, keep_times: bool = False) -> None:
@@ -180,6 +192,12 @@ class TDGCollector:
         if self.keep_times:
             self.times.setdefault(rid, []).append(t)
 
+    def on_tokens(self, reqs: Sequence[Request], t: float) -> None:
+        """Token listener: each of ``reqs`` delivered one output token at ``t``."""
+        deliver = self.deliver
+        for req in reqs:
+            deliver(req, t)
+
     def set_arrivals(self, arrivals: Mapping[str, float]) -> None:
         """Original arrival times by request id (PD hand-offs re-arrive on decode instances)."""
         self._arrival = dict(arrivals)
@@ -195,23 +213,25 @@ class TDGCollector:
         return out
 
 
-class TokenTimelineRecorder(SchedulingPolicy):
-    """Wraps a policy and records every token's delivery time into a :class:`TDGCollector`.
+class TokenTimelineRecorder:
+    """A policy wrapper that attaches a :class:`TDGCollector` to each engine it runs on.
 
-    Behaviour is the wrapped policy's, except that fast-forward is off (stepped runs produce
-    identical schedules). A PD hand-off's first decode-side sample is the request's second token
+    For callers that can hand the engine only a policy (a registered factory, a cluster's
+    policy per instance); with an engine at hand, append ``collector.on_tokens`` to its
+    ``token_listeners`` instead. Behaviour is the wrapped policy's, except that fast-forward is
+    off, as it was when the timeline was recorded by the policy itself (stepped runs produce
+    identical schedules). A PD hand-off's first decode-side token is the request's second
     only if the prefill instance delivered the first: tallies are per request id.
     """
 
     fast_forward_safe = False
 
-    def __init__(self, inner: SchedulingPolicy, collector: TDGCollector) -> None:
+    def __init__(self, inner: Any, collector: TDGCollector) -> None:
         self.inner = inner
         self.collector = collector
         self.name = inner.name
         self.oracle = getattr(inner, "oracle", False)
         self.head_of_line = getattr(inner, "head_of_line", False)
-        self._pending: list[Request] = []
 
     def priority_key(self, req: Request) -> tuple:
         """The wrapped policy's key."""
@@ -221,26 +241,21 @@ class TokenTimelineRecorder(SchedulingPolicy):
         """The wrapped policy's queue."""
         return self.inner.queue_policy(config)
 
-    def reset(self, engine: Engine) -> None:
-        """Reset the wrapped policy."""
-        self._pending = []
+    def is_vllm_v1(self) -> bool:
+        """Never: the wrapper is not vLLM V1's scheduler itself."""
+        return False
+
+    def reset(self, engine: Any) -> None:
+        """Listen to ``engine``'s tokens and reset the wrapped policy."""
+        engine.token_listeners.append(self.collector.on_tokens)
         self.inner.reset(engine)
 
-    def schedule(self, ctx: StepContext) -> None:
-        """Credit last step's tokens at ``ctx.now``, then let the wrapped policy schedule."""
-        now = ctx.now
-        deliver = self.collector.deliver
-        for req in self._pending:
-            if req.status is not RequestStatus.FINISHED:
-                deliver(req, now)
+    def schedule(self, ctx: Any) -> None:
+        """The wrapped policy's schedule."""
         self.inner.schedule(ctx)
-        self._pending = [
-            r for r, n in ctx.scheduled.items() if r.num_computed_tokens + n >= r.num_tokens
-        ]
 
     def on_finish(self, req: Request, now: float) -> None:
-        """Credit the last token at the finish time."""
-        self.collector.deliver(req, now)
+        """The wrapped policy's."""
         self.inner.on_finish(req, now)
 
 

@@ -1,14 +1,19 @@
-"""Built-in local schedulers by name (``--scheduler``)."""
+"""Local schedulers by name (``--scheduler``): the built-in ones and, on first need, the papers'.
+
+The four papers' packages (``policies/infermax``, ``proserve``, ``relserve``, ``hexgen``) each
+have a ``register(register_policy)``; ProServe and HexGen-Text2SQL also have a
+``register_routers(register_router)`` that the cluster's router registry calls through
+:func:`register_reference_routers`.
+"""
 
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Callable
 
 from llmsched_gym.core.engine import SchedulingPolicy
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.policies.baselines import (
+from llmsched_gym.policies.heuristics import (
     STATIC_KEYS,
     SarathiPolicy,
     StaticPriorityPolicy,
@@ -43,44 +48,31 @@ for _key in STATIC_KEYS:
     )
 
 
-def _register_infermax(register: Callable[..., None]) -> None:
-    """InferMax (Kim et al.): Table 1 rows (+ "-ef"), ranked schedulers, evict-short."""
-    from llmsched_gym.policies.infermax import PRESET_HELP, PRESETS, make_infermax_policy
-
-    for preset, cfg in PRESETS.items():
-        base = preset.removesuffix("-ef")
-        register(
-            f"infermax:{preset}",
-            lambda _p=preset, **kw: make_infermax_policy(_p, **kw),
-            PRESET_HELP[base]
-            + (" + eviction-free I+O-1 reservation" if preset.endswith("-ef") else "")
-            + (" (oracle)" if cfg.oracle and "(oracle)" not in PRESET_HELP[base] else ""),
-        )
-
-
-def _register_module(module: str) -> Callable[[Callable[..., None]], None]:
-    def register(register_fn: Callable[..., None]) -> None:
-        importlib.import_module(module).register(register_fn)
-
-    return register
-
-
-_REFERENCE_AGENTS: tuple[Callable[[Callable[..., None]], None], ...] = (
-    _register_infermax,
-    _register_module("llmsched_gym.policies.proserve"),  # SlideBatching, ablations, baselines
-    _register_module("llmsched_gym.policies.relserve"),  # DPU + ABA, PP/DP, vLLM-SP
-    _register_module("llmsched_gym.policies.hexgen"),  # urgency queue and its ablations
-)
-"""The reference agents' schedulers, registered on first need (a plain run never imports them)."""
 _reference_loaded = False
 
 
 def _load_reference_agents() -> None:
+    """Register the four papers' schedulers on first need (a plain run never imports them)."""
     global _reference_loaded
     if not _reference_loaded:
         _reference_loaded = True
-        for register in _REFERENCE_AGENTS:
-            register(register_policy)
+        from llmsched_gym.policies import hexgen, infermax, proserve, relserve
+
+        for paper in (infermax, proserve, relserve, hexgen):
+            paper.register(register_policy)
+
+
+def register_reference_routers(register_router: Callable[..., None]) -> None:
+    """Have the papers' packages register their routers with the cluster's registry.
+
+    The cluster calls this with its own ``register_router`` (``llmsched_gym.cluster.routers``),
+    so the policies never import the cluster: ProServe's GoRouting and HexGen-Text2SQL's
+    dispatchers (``hexgen-wb-tuned`` replays through the ``run_cluster`` the cluster binds).
+    """
+    from llmsched_gym.policies import hexgen, proserve
+
+    proserve.register_routers(register_router)
+    hexgen.register_routers(register_router)
 
 
 def list_policies(include_reference: bool = True) -> dict[str, str]:

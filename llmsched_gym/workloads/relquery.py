@@ -243,6 +243,7 @@ def table4_output_calibration(dataset: str, limits) -> float:
         return min(1.0, (target - uniform_mean) / (limit_mean - uniform_mean))
     return -min(1.0, (uniform_mean - target) / (uniform_mean - 1.0))
 
+
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 _VOCAB = (256, 50000)
 """Synthetic cell ids are drawn from ordinary GPT-2 word pieces (no bytes, no special ids)."""

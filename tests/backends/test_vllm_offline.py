@@ -180,7 +180,7 @@ def test_merge_calibrations_pools_repeats_of_the_same_composition():
         _features,
         merge_calibrations,
     )
-    from llmsched_gym.cost.linearfit import FitStats, fit_linear
+    from llmsched_gym.calibration.linearfit import FitStats, fit_linear
 
     def part(scale):
         steps = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmsched_gym.cluster.gorouting import GoRouter
+from llmsched_gym.policies.proserve import GoRouter
 
 
 def test_light_branch_picks_least_exec():

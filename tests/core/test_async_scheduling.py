@@ -90,10 +90,12 @@ def test_async_conserves_requests_under_preemption() -> None:
     assert eng.kv.num_free_blocks == 11
 
 
-def test_other_schedulers_are_rejected() -> None:
+@pytest.mark.parametrize("name", ["sarathi", "static-priority:shortest-prompt"])
+def test_other_schedulers_are_rejected(name) -> None:
+    """Subclasses of vLLM V1's policy too: they change its rules (``is_vllm_v1``)."""
     cfg = EngineConfig(async_scheduling=True)
     with pytest.raises(ConfigError, match="async_scheduling=True needs the vllm-v1 scheduler"):
-        Engine(cfg, make_policy("sarathi"), load_cost_model("constant:1.0"))
+        Engine(cfg, make_policy(name), load_cost_model("constant:1.0"))
 
 
 def test_step_by_step_callers_are_rejected() -> None:

@@ -6,8 +6,8 @@ from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.base import LinearCostModel
+from llmsched_gym.metrics.table import request_columns
 from llmsched_gym.policies.registry import make_policy
-from llmsched_gym.simulation import request_columns
 
 CFG = EngineConfig(max_num_batched_tokens=64, max_num_seqs=4, block_size=4, num_gpu_blocks=40)
 COST = LinearCostModel(0.01, c_tokens=1e-4, c_decode_kv=1e-6)

@@ -155,7 +155,7 @@ def test_duplicate_job_and_oversized_stage_request_are_rejected() -> None:
 
 def test_unfinished_job_misses_its_slo() -> None:
     from llmsched_gym.metrics.records import jobs_frame, requests_frame
-    from llmsched_gym.simulation import request_columns
+    from llmsched_gym.metrics.table import request_columns
 
     frame = requests_frame(request_columns([]))
     jobs = jobs_frame(frame, [diamond()])

@@ -149,18 +149,6 @@ def test_roofline_params_are_validated():
     )
 
 
-def test_linearize_fits_with_reported_error():
-    model = RooflineCostModel("llama-2-70b", "a100-80gb", 2)
-    fit = model.linearize(num_batches=800, seed=1)
-    assert isinstance(fit.model, LinearCostModel)
-    assert all(v >= 0 for v in fit.model.coefficients().values()) and fit.model.c0 > 0
-    # The roofline has a compute/memory kink the linear model cannot follow; MAPE stays moderate.
-    assert fit.heldout.mape_pct < 20.0
-    assert fit.train.n + fit.heldout.n == 800
-    again = model.linearize(num_batches=800, seed=1)
-    assert again.model.coefficients() == fit.model.coefficients()  # deterministic
-
-
 def test_items_step_time_prices_c_m_items_as_the_engine_accumulates_them():
     from llmsched_gym.cost.base import LinearCostModel, item_features, items_step_time
     from llmsched_gym.cost.infermax import InferMaxCostModel

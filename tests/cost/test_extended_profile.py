@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import yaml
 
-from llmsched_gym.cost.base import ExtendedLinearCostModel, item_terms, items_step_time
-from llmsched_gym.cost.linearfit import (
+from llmsched_gym.calibration.linearfit import (
     FEATURES,
     ITEM_TERMS,
     design_batches,
     fit_extended,
     fit_linear,
 )
+from llmsched_gym.cost.base import ExtendedLinearCostModel, item_terms, items_step_time
 from llmsched_gym.cost.registry import (
     ProfiledExtendedCostModel,
     list_profiles,

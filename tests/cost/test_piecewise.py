@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import yaml
 
+from llmsched_gym.calibration import torch_fit
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.request import RequestSpec
-from llmsched_gym.cost import torch_fit
 from llmsched_gym.cost.base import (
     PiecewiseCostModel,
     item_features,

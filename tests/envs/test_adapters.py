@@ -10,9 +10,9 @@ import pytest
 
 import llmsched_gym.envs as E
 from llmsched_gym.envs.registration import TASKS, env_id
+from llmsched_gym.metrics.table import request_columns
 from llmsched_gym.policies.registry import make_policy
 from llmsched_gym.scenarios.spec import load_scenario
-from llmsched_gym.simulation import request_columns
 
 CHAT = {"workload.limit": 150}
 # Enough requests at t = 0 that KV blocks run out and vLLM preempts.

@@ -43,7 +43,11 @@ def suite():
 # -- the split ---------------------------------------------------------------------------------
 def _identity(w):
     """What makes two workloads the same requests: source data, window and seed."""
-    return (w.base, tuple(sorted((k, v) for k, v in w.overrides.items() if "rate" not in k)), w.seed)
+    return (
+        w.base,
+        tuple(sorted((k, v) for k, v in w.overrides.items() if "rate" not in k)),
+        w.seed,
+    )
 
 
 def test_train_never_yields_a_test_workload(suite):
@@ -53,7 +57,9 @@ def test_train_never_yields_a_test_workload(suite):
         test_windows = {}
         for w in test:
             if w.window_s is not None:
-                test_windows.setdefault(w.overrides["workload.trace"] if "workload.trace" in w.overrides else w.base, []).append(w.window_s)
+                test_windows.setdefault(
+                    w.overrides["workload.trace"] if "workload.trace" in w.overrides else w.base, []
+                ).append(w.window_s)
         n = 0
         for w in suite.train_workloads(task.name):
             n += 1
@@ -98,8 +104,14 @@ def _minimal_suite():
                 "reference": "vllm-v1",
                 "baselines": ["vllm-v1"],
                 "scenarios": [
-                    {"id": "a", "base": "chat-sharegpt-overload-v0", "level": "knee", "load": 1.0,
-                     "sources": ["s"], "capacity": {"s": 1.0}}
+                    {
+                        "id": "a",
+                        "base": "chat-sharegpt-overload-v0",
+                        "level": "knee",
+                        "load": 1.0,
+                        "sources": ["s"],
+                        "capacity": {"s": 1.0},
+                    }
                 ],
             }
         },
@@ -109,11 +121,26 @@ def _minimal_suite():
 @pytest.mark.parametrize(
     "patch, match",
     [
-        (lambda d: d["tasks"].update({"Nope": d["tasks"]["Priority"]}), r"tasks\.Nope: unknown task"),
-        (lambda d: d["tasks"]["Priority"].update(metric="latency"), r"metric: unknown metric 'latency'"),
-        (lambda d: d["tasks"]["Priority"]["scenarios"][0].update(level="high"), r"scenarios\[0\]\.level"),
-        (lambda d: d["tasks"]["Priority"]["scenarios"][0].update(capacity={}), "no measured capacity"),
-        (lambda d: d["tasks"]["Priority"]["scenarios"][0].update(sources=["zz"]), "unknown source 'zz'"),
+        (
+            lambda d: d["tasks"].update({"Nope": d["tasks"]["Priority"]}),
+            r"tasks\.Nope: unknown task",
+        ),
+        (
+            lambda d: d["tasks"]["Priority"].update(metric="latency"),
+            r"metric: unknown metric 'latency'",
+        ),
+        (
+            lambda d: d["tasks"]["Priority"]["scenarios"][0].update(level="high"),
+            r"scenarios\[0\]\.level",
+        ),
+        (
+            lambda d: d["tasks"]["Priority"]["scenarios"][0].update(capacity={}),
+            "no measured capacity",
+        ),
+        (
+            lambda d: d["tasks"]["Priority"]["scenarios"][0].update(sources=["zz"]),
+            "unknown source 'zz'",
+        ),
         (lambda d: d["sources"]["s"].pop("test"), r"sources\.s: missing required field 'test'"),
         (lambda d: d.update(extra=1), r"unknown field\(s\) \['extra'\]"),
     ],
@@ -237,10 +264,22 @@ def test_undeclared_oracle_fails_validation(tmp_path):
     "yaml_text, match",
     [
         ("task: Priority\npolicy: vllm-v1\n", r"submission\.yaml: field 'suite' is required"),
-        ("suite: llmsched-v0\ntask: Priority\npolicy: vllm-v1\n", "field 'suite': unknown suite version 'llmsched-v0'"),
-        ("suite: llmsched-v1\ntask: Juggle\npolicy: vllm-v1\n", "field 'task': unknown task 'Juggle'"),
-        ("suite: llmsched-v1\ntask: Priority\npolicy: vllm-v1\ncolour: red\n", r"unknown field\(s\) \['colour'\]"),
-        ("suite: llmsched-v1\ntask: Priority\npolicy: vllm-v1\noracle: maybe\n", "field 'oracle' must be true or false"),
+        (
+            "suite: llmsched-v0\ntask: Priority\npolicy: vllm-v1\n",
+            "field 'suite': unknown suite version 'llmsched-v0'",
+        ),
+        (
+            "suite: llmsched-v1\ntask: Juggle\npolicy: vllm-v1\n",
+            "field 'task': unknown task 'Juggle'",
+        ),
+        (
+            "suite: llmsched-v1\ntask: Priority\npolicy: vllm-v1\ncolour: red\n",
+            r"unknown field\(s\) \['colour'\]",
+        ),
+        (
+            "suite: llmsched-v1\ntask: Priority\npolicy: vllm-v1\noracle: maybe\n",
+            "field 'oracle' must be true or false",
+        ),
         ("- a\n- b\n", "expected a mapping"),
     ],
 )
@@ -305,7 +344,10 @@ def test_cli_list_evaluate_show(tmp_path):
     def cli(*args):
         return subprocess.run(
             [sys.executable, "-m", "llmsched_gym", "leaderboard", *args],
-            capture_output=True, text=True, cwd=tmp_path, timeout=600,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=600,
         )
 
     out = cli("list", "--task", "Route")
@@ -313,7 +355,9 @@ def test_cli_list_evaluate_show(tmp_path):
     assert "text2sql-knee" in out.stdout and "test only (held-out trace)" in out.stdout
     out = cli("evaluate", "random", "--task", "Knob", "--quiet", "--out", "res")
     assert out.returncode == 0, out.stderr
-    assert (tmp_path / "res" / "results.csv").is_file() and (tmp_path / "res" / "scores.png").is_file()
+    assert (tmp_path / "res" / "results.csv").is_file() and (
+        tmp_path / "res" / "scores.png"
+    ).is_file()
     out = cli("evaluate", "random", "--task", "Knob", "--suite", "quick", "--quiet", "--out", "q")
     assert out.returncode == 0, out.stderr  # the quick subset of one task: one level
     rows = read_results(tmp_path / "q" / "results.csv")
@@ -344,8 +388,17 @@ def test_readme_submit_your_policy_works_verbatim(tmp_path):
         if args[2] == "validate":
             args.append("--quick")
         out = subprocess.run(
-            [sys.executable, "-m", "llmsched_gym", *args[1:], *(["--quiet"] if args[2] != "show" else [])],
-            capture_output=True, text=True, cwd=tmp_path, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "llmsched_gym",
+                *args[1:],
+                *(["--quiet"] if args[2] != "show" else []),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=600,
         )
         assert out.returncode == 0, (line, out.stdout[-2000:], out.stderr[-2000:])
     assert (folder / "results.csv").is_file()
@@ -366,6 +419,8 @@ def test_a_worker_that_dies_is_retried_then_reported(tmp_path, suite):
     pytest.importorskip("ray", reason="Ray is an extra: pip install -e '.[ray]'")
     (tmp_path / "crash.py").write_text("import os\ndef make():\n    os._exit(3)\n")
     w = suite.workloads("test", tasks=["Priority"], quick=True)[:2]
-    rows = run_all(suite, [(f"{tmp_path / 'crash.py'}:make", x) for x in w], workers=2, progress=False)
+    rows = run_all(
+        suite, [(f"{tmp_path / 'crash.py'}:make", x) for x in w], workers=2, progress=False
+    )
     assert [r["status"] for r in rows] == ["failed", "failed"]
     assert all("worker died twice" in r["error"] for r in rows)

@@ -9,8 +9,8 @@ from llmsched_gym.metrics.columns import Metric
 from llmsched_gym.metrics.io import write_frame
 from llmsched_gym.metrics.records import frame_from_table, requests_frame
 from llmsched_gym.metrics.summary import summarize, summary_values
-from llmsched_gym.metrics.table import request_table, write_table
-from llmsched_gym.simulation import request_columns, simulate
+from llmsched_gym.metrics.table import request_columns, request_table, write_table
+from llmsched_gym.simulation import simulate
 
 
 def _run():
@@ -103,7 +103,7 @@ def test_simulate_out_writes_records_without_pandas(tmp_path) -> None:
         f"'--out', {str(tmp_path / 'o')!r}])\n"
         "assert rc == 0, rc\n"
         "print(sorted(m for m in ('pandas', 'gymnasium', 'matplotlib', 'tokenizers', "
-        "'llmsched_gym.leaderboard', 'llmsched_gym.cost.torch_profile') if m in sys.modules))\n"
+        "'llmsched_gym.leaderboard', 'llmsched_gym.calibration.torch_profile') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"

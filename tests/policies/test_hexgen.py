@@ -10,28 +10,26 @@ import pytest
 from _leaderboard import load_script
 
 from llmsched_gym.cluster.cluster import InstanceSpec, run_cluster
-from llmsched_gym.cluster.hexgen import (
-    CODE_TABLE_SCALE,
-    HexGenCodeRouter,
-    HexGenWBRouter,
-    StagePredictor,
-    TCompModel,
-    eq4_score,
-    stage_abbr,
-)
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.base import ConstantCostModel
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.policies.hexgen import (
+    HexGenCodeRouter,
     HexGenPQPolicy,
+    HexGenWBRouter,
+    StagePredictor,
+    TCompModel,
     TemplateState,
     drain_bound_s,
+    eq4_score,
     eq5_budget,
     eq6_urgency,
     hexgen_metrics,
     slo_attainment,
+    stage_abbr,
 )
-from llmsched_gym.policies.hexgen_tuning import (
+from llmsched_gym.policies.hexgen.pricing import CODE_TABLE_SCALE
+from llmsched_gym.policies.hexgen.tuning import (
     betainc_regularized,
     coarse_to_fine,
     regression_detected,
@@ -283,7 +281,7 @@ def test_coarse_to_fine_search():
 
 
 def test_tuned_router_initial_tuning_and_trigger():
-    from llmsched_gym.policies.hexgen_tuning import HexGenTunedRouter
+    from llmsched_gym.policies.hexgen import HexGenTunedRouter
 
     jobs = text2sql_jobs("trace3", num_queries=8, rate_per_s=0.5, seed=1, slo_base_s=50.0)
     insts = [
@@ -301,6 +299,19 @@ def test_tuned_router_initial_tuning_and_trigger():
         assert first.alpha == min(first.values, key=lambda a: (first.values[a], a))
     # every later tuning was triggered by a significant regression
     assert all(e.reason == "regression" and e.p_value < 0.01 for e in router.events[1:])
+
+
+def test_tuned_router_by_name_gets_the_cluster_runner():
+    from llmsched_gym.cluster.cluster import Cluster
+    from llmsched_gym.policies.hexgen import HexGenTunedRouter
+
+    insts = [InstanceSpec("a", "constant:0.01", {"num_gpu_blocks": 20000})]
+    cluster = Cluster(insts, "hexgen-wb-tuned")
+    assert isinstance(cluster.router, HexGenTunedRouter)
+    assert cluster.router._run_cluster is run_cluster  # bound before reset, never imported
+    loose = HexGenTunedRouter()
+    with pytest.raises(ConfigError, match="bind_runner"):
+        loose.replay_mean_latency([], 0.0)
 
 
 # -- Hexgen-Flow's engine step (serial_prefill) --------------------------------------------------
@@ -424,7 +435,7 @@ def test_serial_prefill_registered_and_validated():
 
 
 def test_code_cost_ratio_and_constant_decode():
-    from llmsched_gym.cluster.hexgen import CODE_DECODE_S, HexGenCodeCost, hexgen_cost
+    from llmsched_gym.policies.hexgen import CODE_DECODE_S, HexGenCodeCost, hexgen_cost
 
     a100 = "roofline:llama-3.1-70b@a100-80gb/tp8"
     ref = hexgen_cost(a100)
@@ -454,8 +465,7 @@ def test_code_cost_ratio_and_constant_decode():
 
 
 def test_code_engine_cluster_run_and_tuner_code_score():
-    from llmsched_gym.cluster.hexgen import HexGenCodeCost
-    from llmsched_gym.policies.hexgen_tuning import HexGenTunedRouter
+    from llmsched_gym.policies.hexgen import HexGenCodeCost, HexGenTunedRouter
 
     jobs = text2sql_jobs("trace3", num_queries=4, rate_per_s=1.0, seed=0, slo_base_s=50.0)
     fast = HexGenCodeCost(ConstantCostModel(0.01), decode_s=0.01)

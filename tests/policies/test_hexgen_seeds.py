@@ -126,6 +126,7 @@ def test_cap_table_by_seed_averages_each_seeds_configurations_first():
     assert q.loc["by seed (mean log over configs)", "gmean"] == pytest.approx(
         np.sqrt(seed_means[0] * seed_means[1])
     )
-    assert q.loc["by seed (mean log over configs)", "ci95_lo"] < q.loc[
-        "pooled (seed x config)", "ci95_lo"
-    ]
+    assert (
+        q.loc["by seed (mean log over configs)", "ci95_lo"]
+        < q.loc["pooled (seed x config)", "ci95_lo"]
+    )

@@ -230,7 +230,8 @@ def test_cost_model_70b_registry_and_vector():
 
 # -- §5.1: evictions pay off for short prompts only --------------------------------------------
 def _o_b_4(n_in):
-    from llmsched_gym.policies.infermax_csp import Instance, heuristic_schedule, schedule_latency
+    from llmsched_gym.policies.infermax.csp import Instance, schedule_latency
+    from llmsched_gym.policies.infermax.warm_start import heuristic_schedule
 
     inst = Instance((n_in,) * 4, (4,) * 4, M=max(2 * n_in, n_in + 3))
     model = InferMaxCostModel("llama-2-7b")
@@ -251,12 +252,8 @@ def test_o_b_4_evictions_help_small_i_hurt_large_i():
 )
 def test_csp_matches_brute_force(inputs, outputs, M):
     pytest.importorskip("ortools", reason="the CSP needs the 'bounds' extra (ortools)")
-    from llmsched_gym.policies.infermax_csp import (
-        Instance,
-        brute_force_optimum,
-        heuristic_schedule,
-        solve_csp,
-    )
+    from llmsched_gym.policies.infermax.csp import Instance, brute_force_optimum, solve_csp
+    from llmsched_gym.policies.infermax.warm_start import heuristic_schedule
 
     inst = Instance(inputs, outputs, M=M, C=64)
     best = brute_force_optimum(inst)
@@ -270,7 +267,8 @@ def test_csp_matches_brute_force(inputs, outputs, M):
 @pytest.mark.slow
 def test_csp_o_b_4_eviction_finding():
     pytest.importorskip("ortools", reason="the CSP needs the 'bounds' extra (ortools)")
-    from llmsched_gym.policies.infermax_csp import Instance, heuristic_schedule, solve_csp
+    from llmsched_gym.policies.infermax.csp import Instance, solve_csp
+    from llmsched_gym.policies.infermax.warm_start import heuristic_schedule
 
     for n_in, evicts in ((4, True), (256, False)):
         inst = Instance((n_in,) * 4, (4,) * 4, M=max(2 * n_in, n_in + 3))

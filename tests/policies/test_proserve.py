@@ -196,6 +196,19 @@ def _two_classes(n=200, rate=40.0, seed=0):
     return specs
 
 
+def test_record_fill_reports_the_loop_without_changing_it():
+    specs = _two_classes(n=120, rate=60.0)
+    plain = SlideBatchingPolicy()
+    probed = SlideBatchingPolicy()
+    probed.record_fill = True
+    a, b = _run(specs, plain, budget=512), _run(specs, probed, budget=512)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert plain.last_fill == {}
+    fill = probed.last_fill
+    assert set(fill) == {"t_budget", "end", "skips"}
+    assert fill["end"] in ("empty", "queue-exhausted", "t_budget", "token_budget", "min_chunk")
+
+
 def test_wvtc_counter_lift_on_arrival():
     from llmsched_gym.policies.proserve import WeightedVTCPolicy
 

@@ -9,7 +9,7 @@ from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.job import Job, Stage
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.registry import load_cost_model
-from llmsched_gym.policies.baselines import VllmV0Policy
+from llmsched_gym.policies.heuristics import VllmV0Policy
 from llmsched_gym.policies.relserve import (
     LatencyPredictors,
     RelServePolicy,
@@ -292,7 +292,7 @@ def test_sarathi06_allocates_whole_prompt_and_admits_after_preemption() -> None:
     s06 = _plain_engine(Sarathi06Policy(), [_plain("A", 100)], **cfg)
     s06.step()
     assert s06.running[0].num_computed_tokens == 32 and len(s06.running[0].blocks) == 7
-    from llmsched_gym.policies.baselines import SarathiPolicy
+    from llmsched_gym.policies.heuristics import SarathiPolicy
 
     s1 = _plain_engine(SarathiPolicy(), [_plain("A", 100)], **cfg)
     s1.step()
@@ -428,7 +428,7 @@ def test_v06_alloc_never_is_a_named_error(policy):
 def test_alloc_status_v06_matches_vllm():
     from types import SimpleNamespace
 
-    from llmsched_gym.policies.baselines import alloc_status_v06
+    from llmsched_gym.kv.vllm06 import alloc_status_v06
 
     # 301 blocks = vLLM's 300 + the null block; watermark int(0.01 * 300) = 3 blocks.
     def status(tokens, free):

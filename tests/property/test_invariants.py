@@ -14,8 +14,8 @@ from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.base import ConstantCostModel, LinearCostModel
 from llmsched_gym.errors import PolicyError
+from llmsched_gym.metrics.table import request_columns
 from llmsched_gym.policies.registry import make_policy
-from llmsched_gym.simulation import request_columns
 
 POLICIES = [
     "vllm-v1", "vllm-v1-0.33", "vllm-v0", "sarathi", "static-priority:shortest-prompt",

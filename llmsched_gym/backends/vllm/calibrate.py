@@ -19,7 +19,7 @@ interleaved so drift in a shared machine's load hits all probes alike); steps wi
 profile predicts a step's expected time: latencies are sums of step times, and step times are
 skewed to the slow side, so a median would under-predict them; on this project's machine by
 about 5% on a trace run). The six coefficients are fitted with
-``llmsched_gym.cost.linearfit.fit_linear`` (relative-error NNLS, seeded held-out split).
+``llmsched_gym.calibration.linearfit.fit_linear`` (relative-error NNLS, seeded held-out split).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_gym.calibration.linearfit import FEATURES, BatchSet, FitResult, FitStats, fit_linear
 from llmsched_gym.core.request import RequestSpec
-from llmsched_gym.cost.linearfit import FEATURES, BatchSet, FitResult, FitStats, fit_linear
 from llmsched_gym.errors import ConfigError
 
 __all__ = [

@@ -23,6 +23,10 @@ scheduler's state can be read directly. ``LiveRun`` replays a workload on it:
 The per-request records, per-step records and schedule log use the simulator's formats
 (``llmsched_gym.metrics``, DESIGN.md "Contracts"), so the summary metrics, tables and comparisons
 work on live runs unchanged.
+
+Size: one module because ``LiveEngine`` and ``LiveRun`` share the one wrapper around vLLM's
+engine core (the wrapped ``schedule``, the step timers and the request bookkeeping); split, each
+half would reach into the other's private state.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ from llmsched_gym.cost.base import items_step_time
 from llmsched_gym.errors import ConfigError, TraceError
 from llmsched_gym.metrics.columns import RequestColumn as RC
 from llmsched_gym.metrics.columns import StepColumn as SC
-from llmsched_gym.simulation import RequestsFrameMixin, spec_columns
+from llmsched_gym.metrics.results import RequestsFrameMixin
+from llmsched_gym.metrics.table import spec_columns
 
 __all__ = ["LiveEngine", "LiveEngineConfig", "LiveResult", "LiveRun", "LiveStep"]
 
@@ -849,7 +854,7 @@ class LiveRun:
 
 
 def _request_columns(states: Sequence[_ReqState]) -> dict[str, list]:
-    """Raw per-request columns, as ``simulation.request_columns`` builds them."""
+    """Raw per-request columns, as ``metrics.table.request_columns`` builds them."""
     specs = [s.spec for s in states]
     nan = math.nan
     out_tokens = [len(s.token_times) for s in states]

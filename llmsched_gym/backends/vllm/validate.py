@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_gym.calibration.linearfit import FEATURES, BatchSet
 from llmsched_gym.core.request import RequestSpec
-from llmsched_gym.cost.linearfit import FEATURES, BatchSet
 from llmsched_gym.errors import ConfigError
 
 __all__ = ["ValidationResult", "scale_trace", "validate", "write_validation"]
@@ -303,7 +303,7 @@ def validate(
     # semantics (the headline numbers above use the calibrated profile).
     inrun_table = None
     if len(meas) >= 20 and np.all(meas > 0):
-        from llmsched_gym.cost.linearfit import fit_linear
+        from llmsched_gym.calibration.linearfit import fit_linear
 
         inrun = fit_linear(feats, meas, "in-run fit", seed=0)
         sim_inrun = simulate(reqs, config=cfg.engine, scheduler=scheduler, cost_model=inrun.model)

@@ -25,7 +25,9 @@ products. An item with ``c = 1`` is costed as a decode and ``c >= 2`` as a prefi
 engine. The ``P`` constraint is left out (the §5.1 experiment has ``P = C``).
 
 Warm start (§5: "initialize the variables with outputs from other schedulers"): the schedule of
-a heuristic run of the engine (``simulate(..., schedule_log=...)``) becomes the solver's hint.
+a heuristic run of the engine (:func:`~llmsched_gym.policies.infermax.warm_start.
+heuristic_schedule`, which simulates and so sits on the simulation floor) becomes the solver's
+hint.
 A time limit bounds the search; the result reports the incumbent, CP-SAT's lower bound and the
 relative gap.
 
@@ -37,11 +39,9 @@ solver-free reference for tiny instances.
 from __future__ import annotations
 
 import heapq
-import json
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 from llmsched_gym.cost.base import items_step_time
 from llmsched_gym.cost.infermax import InferMaxCostModel
@@ -52,7 +52,6 @@ __all__ = [
     "Instance",
     "batch_cost",
     "brute_force_optimum",
-    "heuristic_schedule",
     "schedule_latency",
     "solve_csp",
 ]
@@ -138,33 +137,6 @@ def schedule_latency(inst: Instance, schedule: Schedule, model: InferMaxCostMode
     }
 
 
-def heuristic_schedule(inst: Instance, scheduler: str) -> Schedule:
-    """The schedule a registered scheduler produces on the engine (block size 1, no caching)."""
-    from llmsched_gym.core.request import RequestSpec
-    from llmsched_gym.simulation import simulate
-
-    specs = [
-        RequestSpec(f"r{k}", 0.0, i, o, o)
-        for k, (i, o) in enumerate(zip(inst.inputs, inst.outputs, strict=True))
-    ]
-    cfg = dict(
-        max_num_batched_tokens=inst.C,
-        block_size=1,
-        num_gpu_blocks=inst.M + 1,
-        max_num_seqs=1_000_000,
-        enable_prefix_caching=False,
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "log.jsonl"
-        simulate(specs, cfg, scheduler, "infermax:llama-2-7b", schedule_log=log)
-        lines = [json.loads(x) for x in log.read_text().splitlines()]
-    out: Schedule = []
-    for line in lines:
-        items = {int(k[1:]): v for k, v in line["scheduled"].items()}
-        out.append((items, [int(k[1:]) for k in line["preempted"]]))
-    return out
-
-
 @dataclass
 class CSPResult:
     """What :func:`solve_csp` found."""
@@ -184,6 +156,242 @@ class CSPResult:
     wall_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Coefficients:
+    """§3.2's coefficients as integer picoseconds per batch (all layers), for CP-SAT."""
+
+    a_o: int
+    b_o: int
+    a_d: int
+    b_d: int
+    s_d: int
+    a_p: int
+    b_p: int
+    s_p: int
+    m_p: int
+
+    @classmethod
+    def of(cls, model: InferMaxCostModel) -> _Coefficients:
+        """Rounded ``coefficient x layers`` in picoseconds (relative rounding < 1e-3)."""
+        k = model.coef
+        names = ("a_o", "b_o", "a_d", "b_d", "s_d", "a_p", "b_p", "s_p", "m_p")
+        return cls(**{name: round(getattr(k, name) * k.num_layers * _PS_PER_MS) for name in names})
+
+
+@dataclass
+class _Model:
+    """The CP-SAT model under construction: per-request state after each batch, and bounds."""
+
+    cm: Any
+    inst: Instance
+    k: _Coefficients
+    S: list[list[Any]]
+    """``S[i][j]``: prompt + generated tokens of request i after batch j."""
+    m: list[list[Any]]
+    """``m[i][j]``: its KV tokens after batch j."""
+    done: list[list[Any]]
+    """``done[i][j]``: finished by the end of batch j."""
+    c: dict = field(default_factory=dict)
+    g: dict = field(default_factory=dict)
+    e: dict = field(default_factory=dict)
+    dec_ub: int = 0
+    pre_ub: int = 0
+    t_ub: int = 0
+
+    @classmethod
+    def new(cls, cp_model: Any, inst: Instance, k: _Coefficients) -> _Model:
+        """The initial state (``S_i0 = I_i``, ``m_i0 = 0``) and the batch-time bounds."""
+        cm = cp_model.CpModel()
+        n = len(inst.inputs)
+        model = cls(
+            cm,
+            inst,
+            k,
+            S=[[cm.NewConstant(inst.inputs[i])] for i in range(n)],
+            m=[[cm.NewConstant(0)] for i in range(n)],
+            done=[[cm.NewConstant(0)] for i in range(n)],
+        )
+        cmaxs = [min(inst.C, x) for x in model.smax]
+        att_ub = sum(x * x + 2 * x * inst.M for x in cmaxs)
+        model.dec_ub = k.a_d * n * inst.M + k.b_d
+        model.pre_ub = k.a_p * att_ub + k.b_p
+        t_ub = 10 * (
+            k.a_o * inst.C
+            + k.b_o
+            + model.dec_ub
+            + k.s_d * n
+            + model.pre_ub
+            + k.s_p * n
+            + k.m_p * n * inst.M
+        )
+        model.t_ub = t_ub + model.dec_ub + model.pre_ub
+        return model
+
+    @property
+    def smax(self) -> list[int]:
+        """``I + O`` per request (its final sequence length)."""
+        return [i + o for i, o in zip(self.inst.inputs, self.inst.outputs, strict=True)]
+
+    def add_item(self, i: int, j: int, smax: int, f: dict[str, list]) -> None:
+        """Request i in batch j: Eq. (1)-(3), its phase, and its cost features into ``f``."""
+        cm, inst = self.cm, self.inst
+        Sp, mp, dp = self.S[i][j - 1], self.m[i][j - 1], self.done[i][j - 1]
+        cij = cm.NewIntVar(0, min(inst.C, smax), f"c{i}_{j}")
+        gij = cm.NewBoolVar(f"g{i}_{j}")
+        eij = cm.NewBoolVar(f"e{i}_{j}")
+        dij = cm.NewBoolVar(f"d{i}_{j}")
+        pij = cm.NewBoolVar(f"p{i}_{j}")
+        self.c[i, j], self.g[i, j], self.e[i, j] = cij, gij, eij
+        rem = cm.NewIntVar(0, smax, f"r{i}_{j}")
+        cm.Add(rem == Sp - mp)
+        # (2) tokens to process; finished requests process nothing.
+        cm.Add(cij == 0).OnlyEnforceIf(eij)
+        cm.Add(cij == 0).OnlyEnforceIf(dp)
+        cm.Add(cij <= rem)
+        # (3) token generation
+        cm.Add(cij == rem).OnlyEnforceIf(gij)
+        cm.Add(cij >= 1).OnlyEnforceIf(gij)
+        cm.Add(cij <= rem - 1).OnlyEnforceIf(gij.Not(), dp.Not())
+        cm.AddImplication(gij, eij.Not())
+        # phase of the item for the cost model: c == 1 decode, c >= 2 prefill chunk
+        cm.Add(cij == 1).OnlyEnforceIf(dij)
+        cm.Add(cij != 1).OnlyEnforceIf(dij.Not())
+        cm.Add(cij >= 2).OnlyEnforceIf(pij)
+        cm.Add(cij <= 1).OnlyEnforceIf(pij.Not())
+        # sequence length
+        Sij = cm.NewIntVar(inst.inputs[i], smax, f"S{i}_{j}")
+        cm.Add(Sij == Sp + gij)
+        # termination bookkeeping: done after batch j iff O_i tokens generated
+        gen = cm.NewIntVar(0, inst.outputs[i], f"gen{i}_{j}")
+        cm.Add(gen == Sij - inst.inputs[i])
+        dij_next = cm.NewBoolVar(f"done{i}_{j}")
+        cm.Add(gen == inst.outputs[i]).OnlyEnforceIf(dij_next)
+        cm.Add(gen <= inst.outputs[i] - 1).OnlyEnforceIf(dij_next.Not())
+        # KV held while batch j runs (finishing requests included), then (1)
+        held = cm.NewIntVar(0, inst.M, f"h{i}_{j}")
+        cm.Add(held == 0).OnlyEnforceIf(eij)
+        cm.Add(held == mp + cij).OnlyEnforceIf(eij.Not())
+        mij = cm.NewIntVar(0, inst.M, f"m{i}_{j}")
+        cm.Add(mij == 0).OnlyEnforceIf(dij_next)
+        cm.Add(mij == held).OnlyEnforceIf(dij_next.Not())
+        self.S[i].append(Sij)
+        self.m[i].append(mij)
+        self.done[i].append(dij_next)
+        f["mem"].append(held)
+        f["tok"].append(cij)
+        f["nd"].append(dij)
+        f["np"].append(pij)
+        # cost features: decode KV read (m before), prefill attention c^2 + 2mc, prefill KV
+        dkv = cm.NewIntVar(0, inst.M, f"dkv{i}_{j}")
+        cm.Add(dkv == mp).OnlyEnforceIf(dij)
+        cm.Add(dkv == 0).OnlyEnforceIf(dij.Not())
+        f["dkv"].append(dkv)
+        cmax = min(inst.C, smax)
+        c2 = cm.NewIntVar(0, cmax * cmax, f"c2{i}_{j}")
+        cm.AddMultiplicationEquality(c2, [cij, cij])
+        cmp_ = cm.NewIntVar(0, cmax * inst.M, f"cm{i}_{j}")
+        cm.AddMultiplicationEquality(cmp_, [cij, mp])
+        att = cm.NewIntVar(0, cmax * cmax + 2 * cmax * inst.M, f"att{i}_{j}")
+        cm.Add(att == c2 + 2 * cmp_).OnlyEnforceIf(pij)
+        cm.Add(att == 0).OnlyEnforceIf(pij.Not())
+        f["attn"].append(att)
+        pkv = cm.NewIntVar(0, inst.M, f"pkv{i}_{j}")
+        cm.Add(pkv == mp).OnlyEnforceIf(pij)
+        cm.Add(pkv == 0).OnlyEnforceIf(pij.Not())
+        f["pkv"].append(pkv)
+        f["use"].append(cij)
+
+    def batch_time(self, j: int, f: dict[str, list], u: Any) -> Any:
+        """``10 T_j`` in picoseconds (§3.2; the 1.1 factors as +10% of the attention terms)."""
+        cm, k = self.cm, self.k
+        nd, np_ = sum(f["nd"]), sum(f["np"])
+        any_d, many_d = cm.NewBoolVar(f"ad{j}"), cm.NewBoolVar(f"md{j}")
+        any_p, many_p = cm.NewBoolVar(f"ap{j}"), cm.NewBoolVar(f"mp{j}")
+        for flag, expr, lo in ((any_d, nd, 1), (many_d, nd, 2), (any_p, np_, 1), (many_p, np_, 2)):
+            cm.Add(expr >= lo).OnlyEnforceIf(flag)
+            cm.Add(expr <= lo - 1).OnlyEnforceIf(flag.Not())
+        dkv_sum, att_sum = sum(f["dkv"]), sum(f["attn"])
+        dec_core = cm.NewIntVar(0, self.dec_ub, f"dcore{j}")
+        cm.Add(dec_core == k.a_d * dkv_sum + k.b_d).OnlyEnforceIf(any_d)
+        cm.Add(dec_core == 0).OnlyEnforceIf(any_d.Not())
+        pre_core = cm.NewIntVar(0, self.pre_ub, f"pcore{j}")
+        cm.Add(pre_core == k.a_p * att_sum + k.b_p).OnlyEnforceIf(any_p)
+        cm.Add(pre_core == 0).OnlyEnforceIf(any_p.Not())
+        dec_x = cm.NewIntVar(0, self.dec_ub, f"dx{j}")
+        cm.Add(dec_x == dec_core).OnlyEnforceIf(many_d)
+        cm.Add(dec_x == 0).OnlyEnforceIf(many_d.Not())
+        pre_x = cm.NewIntVar(0, self.pre_ub, f"px{j}")
+        cm.Add(pre_x == pre_core).OnlyEnforceIf(many_p)
+        cm.Add(pre_x == 0).OnlyEnforceIf(many_p.Not())
+        # 10·T_j to keep the 0.1 factors integral
+        t10 = cm.NewIntVar(0, self.t_ub, f"t{j}")
+        cm.Add(
+            t10
+            == 10 * (k.a_o * sum(f["tok"]) + k.b_o * u)
+            + 10 * dec_core
+            + dec_x
+            + 10 * k.s_d * nd
+            + 10 * pre_core
+            + pre_x
+            + 10 * k.s_p * np_
+            + 10 * k.m_p * sum(f["pkv"])
+        )
+        return t10
+
+    def add_batches(self, J: int) -> list[Any]:
+        """Batches 1..J: their items, Eq. (4), the non-empty prefix ``u``; their times."""
+        cm, inst = self.cm, self.inst
+        smax = self.smax
+        cost_terms = []
+        u_prev = None
+        for j in range(1, J + 1):
+            f: dict[str, list] = {
+                k: [] for k in ("tok", "dkv", "attn", "pkv", "use", "nd", "np", "mem")
+            }
+            for i in range(len(inst.inputs)):
+                self.add_item(i, j, smax[i], f)
+            # (4) batch constraints
+            cm.Add(sum(f["tok"]) <= inst.C)
+            cm.Add(sum(f["mem"]) <= inst.M)
+            u = cm.NewBoolVar(f"u{j}")
+            cm.Add(sum(f["use"]) >= 1).OnlyEnforceIf(u)
+            cm.Add(sum(f["use"]) == 0).OnlyEnforceIf(u.Not())
+            if u_prev is not None:
+                cm.AddImplication(u, u_prev)
+            u_prev = u
+            cost_terms.append(self.batch_time(j, f, u))
+        return cost_terms
+
+    def finish(self, J: int, allow_evictions: bool) -> None:
+        """Termination, the eviction switch and symmetry breaking."""
+        cm, inst = self.cm, self.inst
+        n = len(inst.inputs)
+        smax = self.smax
+        for i in range(n):
+            cm.Add(self.S[i][J] == smax[i])  # termination: Σ_j g_ij = O_i
+        if not allow_evictions:
+            for var in self.e.values():
+                cm.Add(var == 0)
+        # Symmetry breaking: identical requests are interchangeable, so relabel them by finish
+        # order (request i finishes no later than the next identical one).
+        for i in range(n - 1):
+            if (inst.inputs[i], inst.outputs[i]) == (inst.inputs[i + 1], inst.outputs[i + 1]):
+                for j in range(1, J + 1):
+                    cm.AddImplication(self.done[i + 1][j], self.done[i][j])
+
+    def schedule(self, solver: Any, J: int) -> Schedule:
+        """The solved schedule (empty batches left out)."""
+        n = len(self.inst.inputs)
+        c, e, m = self.c, self.e, self.m
+        sched: Schedule = []
+        for j in range(1, J + 1):
+            items = {i: solver.Value(c[i, j]) for i in range(n) if solver.Value(c[i, j]) > 0}
+            ev = [i for i in range(n) if solver.Value(e[i, j]) and solver.Value(m[i][j - 1]) > 0]
+            if items or ev:
+                sched.append((items, ev))
+        return sched
+
+
 def solve_csp(
     inst: Instance,
     model: InferMaxCostModel | None = None,
@@ -201,7 +409,8 @@ def solve_csp(
     Args:
         inst: The instance.
         model: Cost model (default ``infermax:llama-2-7b``).
-        warm_start: A feasible schedule used as the hint (e.g. :func:`heuristic_schedule`).
+        warm_start: A feasible schedule used as the hint (e.g.
+            :func:`~llmsched_gym.policies.infermax.warm_start.heuristic_schedule`).
         num_batches: ``J``; default: the warm start's batches + ``slack`` (or an upper bound).
         slack: Extra batches beyond the warm start's.
         time_limit_s: Solver time limit.
@@ -218,165 +427,23 @@ def solve_csp(
     from ortools.sat.python import cp_model
 
     model = model or InferMaxCostModel("llama-2-7b")
-    n = len(inst.inputs)
     if num_batches is None:
         if warm_start is not None:
             num_batches = len(warm_start) + slack
         else:
-            num_batches = sum(inst.outputs) + n  # every request alone, one prefill each
+            num_batches = sum(inst.outputs) + len(inst.inputs)  # every request alone
     J = num_batches
-    k = model.coef
-    L = k.num_layers
-
-    def ps(x: float) -> int:
-        return round(x * L * _PS_PER_MS)
-
-    a_o, b_o, a_d, b_d, s_d = ps(k.a_o), ps(k.b_o), ps(k.a_d), ps(k.b_d), ps(k.s_d)
-    a_p, b_p, s_p, m_p = ps(k.a_p), ps(k.b_p), ps(k.s_p), ps(k.m_p)
-    Smax = [i + o for i, o in zip(inst.inputs, inst.outputs, strict=True)]
-    cm = cp_model.CpModel()
-    S = [[cm.NewConstant(inst.inputs[i])] for i in range(n)]
-    m = [[cm.NewConstant(0)] for i in range(n)]
-    done = [[cm.NewConstant(0)] for i in range(n)]  # finished before batch j
-    c, g, e, dec, pre = ({}, {}, {}, {}, {})
-    cost_terms = []
-    u_prev = None
-    cmaxs = [min(inst.C, x) for x in Smax]
-    att_ub = sum(x * x + 2 * x * inst.M for x in cmaxs)
-    dec_ub = a_d * n * inst.M + b_d
-    pre_ub = a_p * att_ub + b_p
-    t_ub = 10 * (a_o * inst.C + b_o + dec_ub + s_d * n + pre_ub + s_p * n + m_p * n * inst.M)
-    t_ub += dec_ub + pre_ub
-    for j in range(1, J + 1):
-        tok_j, dkv_terms, attn_terms, pkv_terms, use = [], [], [], [], []
-        nd_terms, np_terms, mem_terms = [], [], []
-        for i in range(n):
-            Sp, mp, dp = S[i][j - 1], m[i][j - 1], done[i][j - 1]
-            cij = cm.NewIntVar(0, min(inst.C, Smax[i]), f"c{i}_{j}")
-            gij = cm.NewBoolVar(f"g{i}_{j}")
-            eij = cm.NewBoolVar(f"e{i}_{j}")
-            dij = cm.NewBoolVar(f"d{i}_{j}")
-            pij = cm.NewBoolVar(f"p{i}_{j}")
-            c[i, j], g[i, j], e[i, j], dec[i, j], pre[i, j] = cij, gij, eij, dij, pij
-            rem = cm.NewIntVar(0, Smax[i], f"r{i}_{j}")
-            cm.Add(rem == Sp - mp)
-            # (2) tokens to process; finished requests process nothing.
-            cm.Add(cij == 0).OnlyEnforceIf(eij)
-            cm.Add(cij == 0).OnlyEnforceIf(dp)
-            cm.Add(cij <= rem)
-            # (3) token generation
-            cm.Add(cij == rem).OnlyEnforceIf(gij)
-            cm.Add(cij >= 1).OnlyEnforceIf(gij)
-            cm.Add(cij <= rem - 1).OnlyEnforceIf(gij.Not(), dp.Not())
-            cm.AddImplication(gij, eij.Not())
-            # phase of the item for the cost model: c == 1 decode, c >= 2 prefill chunk
-            cm.Add(cij == 1).OnlyEnforceIf(dij)
-            cm.Add(cij != 1).OnlyEnforceIf(dij.Not())
-            cm.Add(cij >= 2).OnlyEnforceIf(pij)
-            cm.Add(cij <= 1).OnlyEnforceIf(pij.Not())
-            # sequence length
-            Sij = cm.NewIntVar(inst.inputs[i], Smax[i], f"S{i}_{j}")
-            cm.Add(Sij == Sp + gij)
-            # termination bookkeeping: done after batch j iff O_i tokens generated
-            gen = cm.NewIntVar(0, inst.outputs[i], f"gen{i}_{j}")
-            cm.Add(gen == Sij - inst.inputs[i])
-            dij_next = cm.NewBoolVar(f"done{i}_{j}")
-            cm.Add(gen == inst.outputs[i]).OnlyEnforceIf(dij_next)
-            cm.Add(gen <= inst.outputs[i] - 1).OnlyEnforceIf(dij_next.Not())
-            # KV held while batch j runs (finishing requests included), then (1)
-            held = cm.NewIntVar(0, inst.M, f"h{i}_{j}")
-            cm.Add(held == 0).OnlyEnforceIf(eij)
-            cm.Add(held == mp + cij).OnlyEnforceIf(eij.Not())
-            mij = cm.NewIntVar(0, inst.M, f"m{i}_{j}")
-            cm.Add(mij == 0).OnlyEnforceIf(dij_next)
-            cm.Add(mij == held).OnlyEnforceIf(dij_next.Not())
-            S[i].append(Sij)
-            m[i].append(mij)
-            done[i].append(dij_next)
-            mem_terms.append(held)
-            tok_j.append(cij)
-            nd_terms.append(dij)
-            np_terms.append(pij)
-            # cost features: decode KV read (m before), prefill attention c^2 + 2mc, prefill KV
-            dkv = cm.NewIntVar(0, inst.M, f"dkv{i}_{j}")
-            cm.Add(dkv == mp).OnlyEnforceIf(dij)
-            cm.Add(dkv == 0).OnlyEnforceIf(dij.Not())
-            dkv_terms.append(dkv)
-            cmax = min(inst.C, Smax[i])
-            c2 = cm.NewIntVar(0, cmax * cmax, f"c2{i}_{j}")
-            cm.AddMultiplicationEquality(c2, [cij, cij])
-            cmp_ = cm.NewIntVar(0, cmax * inst.M, f"cm{i}_{j}")
-            cm.AddMultiplicationEquality(cmp_, [cij, mp])
-            att = cm.NewIntVar(0, cmax * cmax + 2 * cmax * inst.M, f"att{i}_{j}")
-            cm.Add(att == c2 + 2 * cmp_).OnlyEnforceIf(pij)
-            cm.Add(att == 0).OnlyEnforceIf(pij.Not())
-            attn_terms.append(att)
-            pkv = cm.NewIntVar(0, inst.M, f"pkv{i}_{j}")
-            cm.Add(pkv == mp).OnlyEnforceIf(pij)
-            cm.Add(pkv == 0).OnlyEnforceIf(pij.Not())
-            pkv_terms.append(pkv)
-            use.append(cij)
-        # (4) batch constraints
-        cm.Add(sum(tok_j) <= inst.C)
-        cm.Add(sum(mem_terms) <= inst.M)
-        u = cm.NewBoolVar(f"u{j}")
-        cm.Add(sum(use) >= 1).OnlyEnforceIf(u)
-        cm.Add(sum(use) == 0).OnlyEnforceIf(u.Not())
-        if u_prev is not None:
-            cm.AddImplication(u, u_prev)
-        u_prev = u
-        # batch time in picoseconds (§3.2; the 1.1 factors as +10% of the attention terms)
-        nd, np_ = sum(nd_terms), sum(np_terms)
-        any_d, many_d = cm.NewBoolVar(f"ad{j}"), cm.NewBoolVar(f"md{j}")
-        any_p, many_p = cm.NewBoolVar(f"ap{j}"), cm.NewBoolVar(f"mp{j}")
-        for flag, expr, lo in ((any_d, nd, 1), (many_d, nd, 2), (any_p, np_, 1), (many_p, np_, 2)):
-            cm.Add(expr >= lo).OnlyEnforceIf(flag)
-            cm.Add(expr <= lo - 1).OnlyEnforceIf(flag.Not())
-        dkv_sum, att_sum = sum(dkv_terms), sum(attn_terms)
-        dec_core = cm.NewIntVar(0, dec_ub, f"dcore{j}")
-        cm.Add(dec_core == a_d * dkv_sum + b_d).OnlyEnforceIf(any_d)
-        cm.Add(dec_core == 0).OnlyEnforceIf(any_d.Not())
-        pre_core = cm.NewIntVar(0, pre_ub, f"pcore{j}")
-        cm.Add(pre_core == a_p * att_sum + b_p).OnlyEnforceIf(any_p)
-        cm.Add(pre_core == 0).OnlyEnforceIf(any_p.Not())
-        dec_x = cm.NewIntVar(0, dec_ub, f"dx{j}")
-        cm.Add(dec_x == dec_core).OnlyEnforceIf(many_d)
-        cm.Add(dec_x == 0).OnlyEnforceIf(many_d.Not())
-        pre_x = cm.NewIntVar(0, pre_ub, f"px{j}")
-        cm.Add(pre_x == pre_core).OnlyEnforceIf(many_p)
-        cm.Add(pre_x == 0).OnlyEnforceIf(many_p.Not())
-        # 10·T_j to keep the 0.1 factors integral
-        t10 = cm.NewIntVar(0, t_ub, f"t{j}")
-        cm.Add(
-            t10
-            == 10 * (a_o * sum(tok_j) + b_o * u)
-            + 10 * dec_core
-            + dec_x
-            + 10 * s_d * nd
-            + 10 * pre_core
-            + pre_x
-            + 10 * s_p * np_
-            + 10 * m_p * sum(pkv_terms)
-        )
-        cost_terms.append(t10)
-    for i in range(n):
-        cm.Add(S[i][J] == Smax[i])  # termination: Σ_j g_ij = O_i
-    if not allow_evictions:
-        for var in e.values():
-            cm.Add(var == 0)
-    # Symmetry breaking: identical requests are interchangeable, so relabel them by finish
-    # order (request i finishes no later than the next identical one).
-    for i in range(n - 1):
-        if (inst.inputs[i], inst.outputs[i]) == (inst.inputs[i + 1], inst.outputs[i + 1]):
-            for j in range(1, J + 1):
-                cm.AddImplication(done[i + 1][j], done[i][j])
+    csp = _Model.new(cp_model, inst, _Coefficients.of(model))
+    cm = csp.cm
+    cost_terms = csp.add_batches(J)
+    csp.finish(J, allow_evictions)
     cm.Minimize(sum(cost_terms))
     warm_latency = None
     if warm_start is not None:
         warm = schedule_latency(inst, warm_start, model)
         if allow_evictions or warm["num_evictions"] == 0:
             warm_latency = warm["latency_s"]
-            _hint(cm, inst, _relabel(inst, warm_start), c, e, g, J)
+            _hint(cm, inst, _relabel(inst, warm_start), csp.c, csp.e, csp.g, J)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_search_workers = num_workers
@@ -390,12 +457,7 @@ def solve_csp(
     name = solver.StatusName(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return CSPResult(name, float("nan"), float("nan"), float("nan"), 0, 0, [], warm_latency)
-    sched: Schedule = []
-    for j in range(1, J + 1):
-        items = {i: solver.Value(c[i, j]) for i in range(n) if solver.Value(c[i, j]) > 0}
-        ev = [i for i in range(n) if solver.Value(e[i, j]) and solver.Value(m[i][j - 1]) > 0]
-        if items or ev:
-            sched.append((items, ev))
+    sched = csp.schedule(solver, J)
     rep = schedule_latency(inst, sched, model)
     obj, bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
     scale = 10 * _PS_PER_MS * 1000.0  # 10·ps -> s

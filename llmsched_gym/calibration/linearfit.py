@@ -1,7 +1,7 @@
 """Fitting the 6-coefficient :class:`LinearCostModel` to any step-time oracle.
 
-Three pieces, shared by :meth:`RooflineCostModel.linearize` and the Vidur fitting pipeline
-(:mod:`llmsched_gym.cost.fit`):
+The pieces, shared by :func:`linearize` and the Vidur fitting pipeline
+(:mod:`llmsched_gym.calibration.vidur_fit`):
 
 * :func:`design_batches` draws a seeded, designed set of batch compositions (decode-only,
   single and multiple prefill chunks, and vLLM-style mixed batches of chunks plus decodes) within an
@@ -14,12 +14,15 @@ Three pieces, shared by :meth:`RooflineCostModel.linearize` and the Vidur fittin
   MAPE and the worst error on the train and held-out splits;
 * :func:`fit_extended` fits :class:`~llmsched_gym.cost.base.ExtendedLinearCostModel` (GEMM knee
   and item-level terms) the same way on the same split, and :func:`fit_columns` any design
-  matrix (analysis forms that are not shipped).
+  matrix (analysis forms that are not shipped);
+* :func:`linearize` fits a linear profile to any cost model's ``step_times`` (e.g. the
+  analytic :class:`~llmsched_gym.cost.roofline.RooflineCostModel`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +45,7 @@ __all__ = [
     "fit_extended",
     "fit_linear",
     "fit_piecewise",
+    "linearize",
     "nnls",
 ]
 
@@ -523,3 +527,37 @@ def fit_piecewise(
         *(features[f] for f in FEATURES), *(terms[f] for f in ITEM_TERMS + PREFILL_TERMS)
     )
     return _result(model, pred, y, train, held, seed, heldout_fraction)
+
+
+def linearize(
+    cost_model: Any,
+    num_batches: int = 4000,
+    seed: int = 0,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    max_model_len: int = 8192,
+    heldout_fraction: float = 0.2,
+) -> FitResult:
+    """Least-squares :class:`LinearCostModel` of ``cost_model`` over a designed grid of batches.
+
+    A roofline is piecewise linear (a kink at its ``ridge_tokens``), so the fit trades accuracy
+    at small and large T; read ``result.heldout.mape_pct`` before relying on it.
+
+    Args:
+        cost_model: any model with the vectorised ``step_times`` of the five features.
+        num_batches: batches drawn by :func:`design_batches`.
+        seed: seed of the design and of the train / held-out split.
+        max_num_batched_tokens: token budget of the design's batches.
+        max_num_seqs: most requests per batch.
+        max_model_len: most tokens per request.
+        heldout_fraction: share of batches kept out of the fit.
+
+    Returns:
+        The fit (``.model`` is the LinearCostModel, named ``<name>:linear``) and its errors.
+    """
+    batches = design_batches(num_batches, seed, max_num_batched_tokens, max_num_seqs, max_model_len)
+    feats = batches.features()
+    y = cost_model.step_times(*(feats[f] for f in FEATURES))
+    return fit_linear(
+        feats, y, name=f"{cost_model.name}:linear", seed=seed, heldout_fraction=heldout_fraction
+    )

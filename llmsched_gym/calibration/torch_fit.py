@@ -1,8 +1,8 @@
 """Fit and validate linear cost profiles from the torch profiler's measurements.
 
 The fitting half of ``llmsched-gym calibrate --backend torch`` (measuring:
-:mod:`llmsched_gym.cost.torch_profile`). It needs numpy, pandas and matplotlib, never torch, so a
-GPU machine only has to measure and the fit can run anywhere.
+:mod:`llmsched_gym.calibration.torch_profile`). It needs numpy, pandas and matplotlib, never
+torch, so a GPU machine only has to measure and the fit can run anywhere.
 
 From one measurement folder (``operators.csv``, ``steps.csv``, ``meta.json``):
 
@@ -12,7 +12,7 @@ From one measurement folder (``operators.csv``, ``steps.csv``, ``meta.json``):
    :class:`~llmsched_gym.cost.base.ExtendedLinearCostModel`: the six linear coefficients with the
    token term's GEMM knee fixed at :data:`TOKEN_KNEE` tokens (fixed a priori, not chosen on the
    held-out steps), plus the split-KV path indicator, the longest context and the cached tokens
-   of short prefills (:func:`~llmsched_gym.cost.linearfit.fit_extended`). The plain
+   of short prefills (:func:`~llmsched_gym.calibration.linearfit.fit_extended`). The plain
    6-coefficient :class:`~llmsched_gym.cost.base.LinearCostModel` (``form="linear"``) is always
    fitted too, and a table of forms (:data:`FORMS`) gives each one's error on the same split,
    including an analysis-only term for PyTorch FlashAttention-2's GQA artefact of profiler
@@ -40,9 +40,7 @@ import numpy as np
 import pandas as pd
 
 from llmsched_gym._markdown import markdown_table
-from llmsched_gym.cost.fit import _median, _read_csv, _Rows2D, _stats
-from llmsched_gym.cost.hardware import get_model
-from llmsched_gym.cost.linearfit import (
+from llmsched_gym.calibration.linearfit import (
     FEATURES,
     ITEM_TERMS,
     PREFILL_TERMS,
@@ -56,12 +54,14 @@ from llmsched_gym.cost.linearfit import (
     fit_piecewise,
     knee_tokens,
 )
-from llmsched_gym.cost.torch_profile import (
+from llmsched_gym.calibration.torch_profile import (
     PROFILER_VERSION,
     SAMPLE_OPERATORS,
     STEP_OPERATORS,
     TOKEN_OPERATORS,
 )
+from llmsched_gym.calibration.vidur_fit import _median, _read_csv, _Rows2D, _stats
+from llmsched_gym.cost.hardware import get_model
 from llmsched_gym.errors import CostModelError
 
 __all__ = [
@@ -496,7 +496,7 @@ def profile_document(tf: TorchFit, created: str | None = None) -> dict[str, Any]
         },
         "source": {
             "data": "whole engine steps and operators measured with PyTorch by "
-            "llmsched_gym.cost.torch_profile (random weights, model built from its config)",
+            "llmsched_gym.calibration.torch_profile (random weights, model built from its config)",
             "kernels": "cuBLAS GEMMs, FlashAttention varlen (aten), torch.compile-fused "
             "element-wise ops, CUDA-graph replay"
             if meta["config"].get("cuda_graphs")

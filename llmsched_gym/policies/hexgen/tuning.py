@@ -1,6 +1,6 @@
 """HexGen-Text2SQL's online alpha tuning (paper §4.3) as a router wrapper.
 
-:class:`HexGenTunedRouter` dispatches with Eq. 4 (:class:`~llmsched_gym.cluster.hexgen.
+:class:`HexGenTunedRouter` dispatches with Eq. 4 (:class:`~llmsched_gym.policies.hexgen.dispatch.
 HexGenWBRouter`) starting at ``alpha = 0``. It records what a live system would: every routed
 request's prompt length and stage, the query arrival times, and the output lengths of stages
 that have finished. At the end of the first window (100 s) it replays the queries that arrived
@@ -21,6 +21,10 @@ replay sees the window's whole load; ``complete=False`` replays the observed sta
 Eq. 4 (the score its offline α sweep, ``run_multiple_simulations.py``, tuned). The paper's
 procedure (first 100 s at α = 0, coarse grid then ±0.1, one-sided t-test) is not in the code;
 it is implemented as the paper describes it for both scores.
+
+A replay is a run of the whole cluster, the floor above the policies: the cluster that resets
+the router hands its ``run_cluster`` over first (:meth:`HexGenTunedRouter.bind_runner`, part of
+the cluster's router protocol), so this module never imports the cluster.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_gym.cluster.hexgen import HexGenCodeRouter, HexGenWBRouter, stage_abbr
-from llmsched_gym.cluster.routers import InstanceView
 from llmsched_gym.core.job import Job, JobState, Stage
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.policies.hexgen.dispatch import HexGenCodeRouter, HexGenWBRouter
+from llmsched_gym.policies.hexgen.tcomp import stage_abbr
+from llmsched_gym.policies.hexgen.urgency import TemplateState
 from llmsched_gym.workloads.text2sql import load_hexgen_stats
 
 __all__ = [
@@ -192,7 +197,7 @@ class HexGenTunedRouter(HexGenWBRouter):
         seed: Seed of replay runs.
         complete: Complete unfinished queries with their template's remaining stages.
         score: ``"paper"`` (Eq. 4, default) or ``"code"``: dispatch and replay with
-            Hexgen-Flow's cumulative-work score (:class:`~llmsched_gym.cluster.hexgen.
+            Hexgen-Flow's cumulative-work score (:class:`~llmsched_gym.policies.hexgen.dispatch.
             HexGenCodeRouter`), the score the code's α sweep tuned.
         **kwargs: Passed to :class:`HexGenWBRouter` (``beta``, ``beta_scale``, ``trace``, ...).
     """
@@ -231,7 +236,12 @@ class HexGenTunedRouter(HexGenWBRouter):
         stats = load_hexgen_stats()["traces"][self.predictor.trace]
         self._widths = {"GC": 2, "EV": max(1, round(stats["evaluate_fanout_n"]["mean"]))}
         self.name = "hexgen-wb-tuned"
+        self._run_cluster: Any = None
         self._reset_tuning()
+
+    def bind_runner(self, run_cluster: Any) -> None:
+        """Keep the cluster's ``run_cluster`` for replays (it calls this before ``reset``)."""
+        self._run_cluster = run_cluster
 
     def _reset_tuning(self) -> None:
         self.events: list[TuningEvent] = []
@@ -248,7 +258,7 @@ class HexGenTunedRouter(HexGenWBRouter):
             self._code.set_alpha(alpha)
         self.name = "hexgen-wb-tuned"
 
-    def reset(self, instances: Sequence[InstanceView], seed: int) -> None:
+    def reset(self, instances: Sequence[Any], seed: int) -> None:
         """Start at the initial alpha; snapshot the cluster's instance specs for replays."""
         super().reset(instances, seed)
         if self._code is not None:
@@ -257,21 +267,20 @@ class HexGenTunedRouter(HexGenWBRouter):
         self._reset_tuning()
         self._specs = [self._instance_spec(v) for v in instances]
 
-    def _instance_spec(self, view: InstanceView) -> Any:
-        from llmsched_gym.cluster.cluster import InstanceSpec
-
+    def _instance_spec(self, view: Any) -> dict[str, Any]:
+        """The fields of the instance's ``InstanceSpec``, with a fresh copy of its policy."""
         engine = view._engine
         if self.replay_scheduler is not None:
             policy = self.replay_scheduler(view)
         else:
             policy = copy.deepcopy(engine.policy)
-        return InstanceSpec(
-            name=view.name,
-            cost_model=view.cost_model,
-            engine=engine.config,
-            scheduler=policy,
-            role=view.role,
-        )
+        return {
+            "name": view.name,
+            "cost_model": view.cost_model,
+            "engine": engine.config,
+            "scheduler": policy,
+            "role": view.role,
+        }
 
     # -- recording ----------------------------------------------------------------------------
     def _record(self, request: RequestSpec, job: JobState | None, now: float) -> None:
@@ -321,8 +330,6 @@ class HexGenTunedRouter(HexGenWBRouter):
 
     def _template_rest(self, job_id: str, q: _Query, last: str) -> list[Stage]:
         """The template's remaining stages of an unfinished query at stage-typical lengths."""
-        from llmsched_gym.policies.hexgen import TemplateState
-
         state = TemplateState()
         for name in q.stages:
             abbr = name.rstrip("0123456789")
@@ -340,8 +347,12 @@ class HexGenTunedRouter(HexGenWBRouter):
 
     def replay_mean_latency(self, jobs: Sequence[Job], alpha: float) -> float:
         """Mean simulated query latency of ``jobs`` on a fresh cluster under ``alpha``."""
-        from llmsched_gym.cluster.cluster import run_cluster
-
+        if self._run_cluster is None:
+            raise ConfigError(
+                "hexgen-wb-tuned replays windows on the cluster that runs it: run it through "
+                "run_cluster or a cluster scenario (which call bind_runner), or call "
+                "bind_runner(llmsched_gym.cluster.run_cluster) first"
+            )
         if self.score == "code":
             router: Any = HexGenCodeRouter(alpha=alpha, trace=self.predictor.trace)
         else:
@@ -352,11 +363,8 @@ class HexGenTunedRouter(HexGenWBRouter):
                 queue_metric=self.queue_metric,
                 eps=self.eps,
             )
-        specs = []
-        for spec in self._specs:
-            fresh = copy.deepcopy(spec.scheduler)
-            specs.append(type(spec)(spec.name, spec.cost_model, spec.engine, fresh, spec.role))
-        result = run_cluster(list(jobs), specs, router, seed=self.replay_seed)
+        specs = [{**spec, "scheduler": copy.deepcopy(spec["scheduler"])} for spec in self._specs]
+        result = self._run_cluster(list(jobs), specs, router, seed=self.replay_seed)
         lat = result.jobs["latency_s"].to_numpy(np.float64)
         return float(np.nanmean(np.nan_to_num(lat, nan=np.inf))) if lat.size else math.inf
 

@@ -1,4 +1,6 @@
-"""The baselines the four reference papers compare against, on the same engine accounting.
+"""Heuristic schedulers the four reference papers compare against, on the same engine accounting.
+
+(Not to be confused with the top-level ``baselines/`` folder: learning recipes, PPO and friends.)
 
 * ``vllm-v0``: what the papers call vLLM (vLLM 0.6-style): prefill-first, no chunked prefill,
   no hybrid batches. A step admits waiting requests (whole remaining sequence within the token
@@ -6,7 +8,8 @@
   prefill-only step; otherwise every running request decodes one token, the newest running
   request being preempted (by recompute) when blocks run out. By default the KV checks are the
   engine's (vLLM V1's admission gate); ``block_manager="v0.6"`` uses vLLM 0.6.6's
-  ``SelfAttnBlockSpaceManager`` checks instead (see :class:`VllmV0Policy`).
+  ``SelfAttnBlockSpaceManager`` checks instead (``llmsched_gym.kv.vllm06``; see
+  :class:`VllmV0Policy`).
 * ``sarathi``: Sarathi-Serve: decode-first with chunked prefill and hybrid batches under a
   token budget (``max_num_batched_tokens`` is the chunk size): running decodes first, then
   running partial prefills, then new admissions, all in order; preempt the newest on shortage.
@@ -23,6 +26,7 @@ from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import SchedulingPolicy, StepContext
 from llmsched_gym.core.request import Request
 from llmsched_gym.errors import ConfigError, PolicyError
+from llmsched_gym.kv.vllm06 import can_allocate_v06, can_append_slots_v06
 from llmsched_gym.policies.vllm_v1 import VllmV1Policy
 
 BLOCK_MANAGERS = ("v1", "v0.6")
@@ -39,58 +43,6 @@ def _decode_or_preempt_newest(ctx: StepContext, req: Request, num_tokens: int) -
     return True
 
 
-def watermark_blocks(ctx: StepContext, watermark: float = 0.01) -> int:
-    """vLLM 0.6's ``int(watermark * num_gpu_blocks)``.
-
-    Our block count includes the null block; vLLM 0.6 has none, so its count is ours minus one.
-    """
-    return int(watermark * (ctx.num_gpu_blocks - 1))
-
-
-def alloc_status_v06(ctx: StepContext, req: Request, watermark: float = 0.01) -> str:
-    """vLLM 0.6.6 ``SelfAttnBlockSpaceManager.can_allocate``: ``"ok"``, ``"later"`` or ``"never"``.
-
-    ``need = ceil(len(seq) / block_size)``: the blocks of the whole current sequence (prompt plus
-    the generated tokens of a preempted one), no credit for prefix hits; free blocks include
-    evictable cached ones (``PrefixCachingBlockAllocator.get_num_free_blocks``). ``"never"``
-    when ``num_blocks - need < watermark_blocks`` (the request could not be admitted even into
-    an empty cache), ``"ok"`` when ``free - need >= watermark_blocks``, else ``"later"``.
-    """
-    need = -(-req.num_tokens // ctx.block_size)
-    wm = watermark_blocks(ctx, watermark)
-    if ctx.num_gpu_blocks - 1 - need < wm:
-        return "never"
-    return "ok" if ctx.num_free_blocks - need >= wm else "later"
-
-
-def can_allocate_v06(
-    ctx: StepContext, req: Request, watermark: float = 0.01, policy: str = "vLLM 0.6"
-) -> bool:
-    """vLLM 0.6.6 ``can_allocate(...) == AllocStatus.OK`` (see :func:`alloc_status_v06`).
-
-    Raises:
-        PolicyError: ``AllocStatus.NEVER``: the sequence can never be admitted, even into an
-            empty cache, because of the watermark (or because a recompute-preempted sequence
-            grew past the cache). vLLM 0.6.6 marks such a request ``FINISHED_IGNORED`` and drops
-            it (``Scheduler._schedule_prefills``: "... exceeds the capacity of block_manager");
-            the simulator keeps every request it was given, so it stops with this error instead
-            of dropping the request or waiting for it forever.
-    """
-    status = alloc_status_v06(ctx, req, watermark)
-    if status == "never":
-        need = -(-req.num_tokens // ctx.block_size)
-        total = ctx.num_gpu_blocks - 1
-        raise PolicyError(
-            f"{policy}: request {req.request_id!r} can never be allocated (vLLM 0.6.6 "
-            f"AllocStatus.NEVER): its {req.num_tokens} tokens need {need} blocks of "
-            f"{ctx.block_size} but the cache has {total} blocks of which the watermark "
-            f"({watermark}) keeps {watermark_blocks(ctx, watermark)} free; vLLM 0.6.6 would "
-            "ignore the request (FINISHED_IGNORED); raise num_gpu_blocks, lower the watermark "
-            "or drop the request"
-        )
-    return status == "ok"
-
-
 def decode_one(
     ctx: StepContext, req: Request, v06: bool, victim: Callable[[], Request] | None = None
 ) -> bool:
@@ -99,10 +51,11 @@ def decode_one(
     While blocks are short, preempt ``victim()`` (default: the newest running request).
 
     ``v06``: vLLM 0.6.6's ``can_append_slots`` worst case (every decode touches one block, so
-    at least one free block is needed even when the last block has room) before allocating.
+    at least one free block is needed even when the last block has room) before allocating
+    (:func:`~llmsched_gym.kv.vllm06.can_append_slots_v06`).
     """
     running = ctx.running
-    while not ((not v06 or ctx.num_free_blocks >= 1) and ctx.schedule_running(req, 1)):
+    while not ((not v06 or can_append_slots_v06(ctx)) and ctx.schedule_running(req, 1)):
         v = running[-1] if victim is None else victim()
         ctx.preempt(v)
         if v is req:
@@ -118,11 +71,12 @@ class VllmV0Policy(SchedulingPolicy):
     * ``"v1"`` (default): the engine's, i.e. vLLM V1's: a waiting request is admitted when the
       blocks of its whole sequence minus its prefix hits fit the free blocks; a decode preempts
       only when it needs a new block and none is free.
-    * ``"v0.6"``: vLLM 0.6.6's ``SelfAttnBlockSpaceManager`` (``vllm/core/block_manager.py``),
-      which the RelServe paper's baselines ran on. ``can_allocate``: admit only while
-      ``free - blocks(whole sequence) >= watermark_blocks`` with
-      ``watermark_blocks = int(watermark * num_blocks)`` (``watermark`` 0.01 by default) and no
-      credit for prefix hits (free counts evictable cached blocks, as ours does);
+    * ``"v0.6"``: vLLM 0.6.6's ``SelfAttnBlockSpaceManager`` (``vllm/core/block_manager.py``;
+      the rules are in ``llmsched_gym.kv.vllm06``), which the RelServe paper's baselines ran
+      on. ``can_allocate``: admit only while ``free - blocks(whole sequence) >=
+      watermark_blocks`` with ``watermark_blocks = int(watermark * num_blocks)`` (``watermark``
+      0.01 by default) and no credit for prefix hits (free counts evictable cached blocks, as
+      ours does);
       ``can_append_slots``: every decode "touches" one block (worst case), so a decode needs
       at least one free block even when its last block has room, else the newest running
       request is preempted. The watermark is what keeps a just-preempted request from being

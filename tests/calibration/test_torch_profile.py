@@ -11,10 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the torch profiler needs PyTorch (scripts/setup.sh)")
 
-from llmsched_gym.cli.main import main as cli_main  # noqa: E402
-from llmsched_gym.cost import torch_fit, torch_profile  # noqa: E402
-from llmsched_gym.cost.registry import load_cost_model, load_profile_file  # noqa: E402
-from llmsched_gym.cost.torch_profile import (  # noqa: E402
+from llmsched_gym.calibration import torch_fit, torch_profile  # noqa: E402
+from llmsched_gym.calibration.torch_profile import (  # noqa: E402
     PROFILER_VERSION,
     TINY_LLAMA,
     ProfileGrid,
@@ -26,6 +24,8 @@ from llmsched_gym.cost.torch_profile import (  # noqa: E402
     split_kv_attention,
     split_plan,
 )
+from llmsched_gym.cli.main import main as cli_main  # noqa: E402
+from llmsched_gym.cost.registry import load_cost_model, load_profile_file  # noqa: E402
 from llmsched_gym.errors import CostModelError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

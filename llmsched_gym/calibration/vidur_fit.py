@@ -7,7 +7,7 @@ timings into step times for a designed set of batches *the way Vidur does*
 (``vidur/execution_time_predictor/sklearn_execution_time_predictor.py`` and
 ``vidur/entities/execution_time.py``), then fits our
 6-coefficient :class:`~llmsched_gym.cost.base.LinearCostModel` to them
-(:func:`~llmsched_gym.cost.linearfit.fit_linear`: relative-error NNLS, seeded 80/20 split).
+(:func:`~llmsched_gym.calibration.linearfit.fit_linear`: relative-error NNLS, seeded 80/20 split).
 
 Vidur's composition of one batch, per layer, in milliseconds::
 
@@ -43,8 +43,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from llmsched_gym.calibration.linearfit import (
+    FEATURES,
+    BatchSet,
+    FitResult,
+    design_batches,
+    fit_linear,
+)
 from llmsched_gym.cost.hardware import get_model
-from llmsched_gym.cost.linearfit import FEATURES, BatchSet, FitResult, design_batches, fit_linear
 from llmsched_gym.cost.roofline import RooflineCostModel, RooflineParams
 from llmsched_gym.errors import CostModelError
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_gym.core.request import RequestSpec
-from llmsched_gym.policies.proserve import LatencyEstimator
+from llmsched_gym.policies.proserve.estimator import LatencyEstimator
 
 __all__ = ["GoRouter", "register"]
 

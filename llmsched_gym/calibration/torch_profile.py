@@ -1,8 +1,9 @@
 """Measure a transformer's operators and whole engine steps with PyTorch (GPU or CPU).
 
 The measuring half of ``llmsched-gym calibrate --backend torch`` (the fitting half is
-:mod:`llmsched_gym.cost.torch_fit`, which needs no torch). Nothing is downloaded: the model is
-built from its shapes in ``profiles/models.yaml`` with random weights, in bf16 on a GPU.
+:mod:`llmsched_gym.calibration.torch_fit`, which needs no torch). Nothing is downloaded: the
+model is built from its shapes in ``cost/profiles/models.yaml`` with random weights, in bf16 on
+a GPU.
 
 What one engine step runs, per layer (vLLM's Llama forward, with PyTorch's kernels standing in
 for vLLM's custom ones)::
@@ -23,8 +24,8 @@ Two kinds of measurement, so that composition can be checked against the real th
   operators by number of tokens; prefill attention by (chunk, context); decode attention by
   (batch, context);
 * **steps**: whole steps (all layers) for a seeded set of batch compositions from
-  :func:`~llmsched_gym.cost.linearfit.design_batches` (decode-only, single and multiple prefill
-  chunks, vLLM-style mixed batches).
+  :func:`~llmsched_gym.calibration.linearfit.design_batches` (decode-only, single and multiple
+  prefill chunks, vLLM-style mixed batches).
 
 Timing on CUDA: each measured callable is captured once in a CUDA graph and replayed ``repeats``
 times between CUDA events after ``warmup`` eager runs, with the L2 cache flushed before every
@@ -42,6 +43,10 @@ slow, see ``calibration/README.md``). Version 2 therefore runs the decode rows (
 new token) in their own call (``max_seqlen_q == 1``) and the prefill rows in another; batches of
 one kind still run one call. Version 1 (one call per batch; the H200 data of 2026-11-23) is
 ``ProfilerConfig(separate_decode_attention=False)``.
+
+Size: one module because the operator grid and the whole-step runs build the same layer from the
+same shapes and time it with the same CUDA-graph timer, and the profile they write is one file
+whose versions must move together.
 """
 
 from __future__ import annotations
@@ -59,8 +64,8 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_gym.calibration.linearfit import BatchSet, design_batches
 from llmsched_gym.cost.hardware import ModelSpec, get_model
-from llmsched_gym.cost.linearfit import BatchSet, design_batches
 from llmsched_gym.errors import CostModelError
 
 __all__ = [
@@ -1153,7 +1158,7 @@ def configs_from_args(args: Any, cuda_available: bool) -> list[ProfilerConfig]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m llmsched_gym.cost.torch_profile``: measure only (no fit), for GPU machines."""
+    """``python -m llmsched_gym.calibration.torch_profile``: measure only (no fit), on a GPU."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)
