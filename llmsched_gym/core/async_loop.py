@@ -45,8 +45,9 @@ scheduling, ``finished`` lists the requests whose last token that batch's output
 
 Only the ``vllm-v1`` scheduler runs asynchronously (the scheduling rules above are vLLM's), and
 only through ``Engine.run``. With ``fast_forward`` on, steady decode stretches (one batch in
-flight, every running request decoding, nothing finishing, arriving or admissible) advance many
-batches at once (``_try_stretch``); logs and records are identical to stepping them.
+flight that holds and samples every running request, each then decoding one token per batch;
+nothing finishing, arriving or admissible) advance many batches at once (``_try_stretch``);
+logs and records are identical to stepping them.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ _STALL_LIMIT = 10_000
 BATCH_QUEUE_SIZE = 2
 """vLLM 0.32.0's batch queue depth under async scheduling (``max_concurrent_batches``)."""
 
+_INF = float("inf")
 _RUNNING = RequestStatus.RUNNING
 _FINISHED = RequestStatus.FINISHED
 _ABORTED = RequestStatus.FINISHED_ABORTED
@@ -226,16 +228,21 @@ class AsyncLoop:
     def _try_stretch(self) -> bool:
         """Advance a steady decode stretch of ``j`` batches at once; False if it may not.
 
-        The state (one batch in flight that schedules every running request for one token
-        and samples all of them, each holding one placeholder; no stale output, no finish to
-        report, no admissible waiting request) repeats batch after batch until a request's
-        last token is delivered, an arrival, or blocks run out. Stepping it is: schedule batch
-        ``k + i`` (all running, one token each) then apply batch ``k + i - 1``, for
-        ``i = 1..j``; this does the same in one pass, leaving batch ``k + j`` in flight.
-        Identical logs and records (the differential test runs this path).
+        The state (one batch in flight, batch ``k``, that holds every running request and
+        samples all of them, each then holding one placeholder with its known tokens
+        computed; no stale output, no admissible waiting request) repeats batch after batch
+        until a request's last token is delivered, an arrival, or blocks run out. Batch ``k``
+        may be a request's full prefill (its state is then a decoder's), and a finish not yet
+        reported does not matter (the first schedule reports it; with requests running it
+        changes nothing else). Stepping it is: schedule batch ``k + i`` (all running, one
+        token each) then apply batch ``k + i - 1``, for ``i = 1..j``; this does the same in
+        one pass, leaving batch ``k + j`` in flight. Batch ``k + i`` is scheduled when batch
+        ``k + i - 1`` starts (its predecessor's end), so an arrival ends the stretch with the
+        first batch that starts at or after it. Identical logs and records (the differential
+        test runs this path).
         """
         eng = self.engine
-        if self.stale or self.finished_since_schedule or eng.unlogged_aborts:
+        if self.stale or eng.unlogged_aborts:
             return False
         running = eng._running
         n = len(running)
@@ -251,11 +258,8 @@ class AsyncLoop:
         longest = 0
         for req in running:
             c = req.num_computed_tokens
-            if (
-                req.num_output_placeholders != 1
-                or c != req.num_tokens
-                or scheduled.get(req, 0) != 1
-            ):
+            # Batch k may be a full prefill (it samples: the request's state is a decoder's).
+            if req.num_output_placeholders != 1 or c != req.num_tokens or req not in scheduled:
                 return False
             # Batch k delivers token o + 1, batch k + i - 1 token o + i: no finish while
             # o + j < output_len (then the max_tokens guard cannot bind either).
@@ -281,10 +285,19 @@ class AsyncLoop:
         t_arr = stretch_end(eng._pending, eng._next_arrival, eng._cancels)  # aborts apply there
         # Batch k + i is scheduled when batch k + i - 2 ends, i.e. when batch k + i - 1
         # starts: every batch of the stretch but the first must start before the arrival.
-        durations, starts = pricer.decode_series(
-            n, m0, longest if pricer.needs_longest else 0, k, b.end, t_arr
-        )
+        if not pricer.needs_longest:
+            longest = 0
+        durations, starts = pricer.decode_series(n, m0, longest, k, b.end, t_arr)
         j = len(durations)
+        if 0 < j < k:
+            # Cut by the arrival: batch k + j + 1 is scheduled when batch k + j starts, before
+            # the arrival too (priced in pieces: the same floats).
+            more, more_starts = pricer.decode_series(
+                n, m0 + j * n, longest + j if pricer.needs_longest else 0, 1, starts[j], _INF
+            )
+            durations += more
+            starts.append(more_starts[1])
+            j += 1
         if j < 2:
             return False
         self._advance_stretch(j, durations, starts, rooms)
@@ -389,6 +402,7 @@ class AsyncLoop:
             _Batch(dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, row)
         )
         self.gpu_free = starts[j]
+        self.finished_since_schedule = False  # the stretch's schedules told the workers
         if last_end > eng.now:
             eng.now = last_end
         eng.num_steps += j
