@@ -119,6 +119,30 @@ class _Batch:
         ``num_finished`` (``record_steps``); None for a batch that is not recorded."""
 
 
+def _decode_line(
+    step: int,
+    time: float,
+    ids: list[str],
+    finished: list[str],
+    num_free: int,
+    num_running: int,
+    num_waiting: int,
+) -> dict[str, Any]:
+    """``step_line`` of a batch that schedules ``ids`` for one token each, nothing else."""
+    return {
+        "step": step,
+        "time": time,
+        "scheduled": dict.fromkeys(ids, 1),
+        "new": {},
+        "resumed": {},
+        "preempted": [],
+        "finished": finished,
+        "num_free_blocks": num_free,
+        "num_running": num_running,
+        "num_waiting": num_waiting,
+    }
+
+
 class AsyncLoop:
     """Runs an ``Engine`` under vLLM 0.32.0's async scheduling (see the module docstring).
 
@@ -175,6 +199,9 @@ class AsyncLoop:
             if len(eng.aborted) != num_aborted:
                 self._aborted(eng.aborted[num_aborted:])
             if fast_forward and len(queue) == 1 and self._try_stretch():
+                if progress is not None and len(eng.finished) != last_done:
+                    progress(len(eng.finished) - last_done)  # a stretch may end with finishes
+                    last_done = len(eng.finished)
                 continue
             if eng._running or eng.waiting or self.finished_since_schedule:
                 batch = self.schedule()
@@ -215,14 +242,20 @@ class AsyncLoop:
         req=Request,
         b=_Batch,
         running=list,
+        last=list,
         n=cython.long,
         k=cython.long,
+        kb=cython.long,
         j=cython.long,
         bs=cython.long,
         m0=cython.long,
+        m1=cython.long,
+        n1=cython.long,
         longest=cython.long,
+        longest1=cython.long,
         left=cython.long,
         c=cython.long,
+        finish=cython.bint,
         pricer="StepPricer",
     )
     def _try_stretch(self) -> bool:
@@ -238,8 +271,14 @@ class AsyncLoop:
         token each) then apply batch ``k + i - 1``, for ``i = 1..j``; this does the same in
         one pass, leaving batch ``k + j`` in flight. Batch ``k + i`` is scheduled when batch
         ``k + i - 1`` starts (its predecessor's end), so an arrival ends the stretch with the
-        first batch that starts at or after it. Identical logs and records (the differential
-        test runs this path).
+        first batch that starts at or after it.
+
+        The stretch may end with the finish of the requests closest to their last token, as
+        stepping makes it: the last schedule leaves out the requests whose token in flight is
+        their last (vLLM's ``max_tokens`` guard), then that token's output finishes them. It
+        does so only when the guard leaves out exactly those requests and someone is left to
+        schedule; the next stretch may then start at once. Identical logs and records (the
+        differential test runs this path).
         """
         eng = self.engine
         if self.stale or eng.unlogged_aborts:
@@ -269,7 +308,7 @@ class AsyncLoop:
             m0 += c
             if c > longest:
                 longest = c
-        if k < 2:
+        if k < 1:
             return False
         pricer = eng.pricer
         if pricer.phase_items and any(r.in_prefill_phase for r in running):
@@ -277,30 +316,71 @@ class AsyncLoop:
         waiting = eng.waiting
         if waiting and n < eng.config.max_num_seqs and head_fits(kv, waiting.peek()):
             return False  # as the synchronous stretch (``core/fastforward.py``)
+        # Batch k + k delivers the last token of the requests with k left. Batch k + k + 1,
+        # scheduled before that output, leaves out those the guard stops: when that is
+        # exactly them (``last``), the stretch takes it and the finish too.
+        last = None
+        n1 = m1 = longest1 = 0
+        for req in running:
+            c = req.num_computed_tokens
+            # The guard at batch k + k + 1: c + k computed, one placeholder.
+            if (c + k + 1 >= req.num_prompt_tokens + req.max_tokens) != (
+                req._output_len - req.num_output_tokens - 1 == k
+            ):
+                last = None
+                break
+            if last is None:
+                last = []
+            if c + k + 1 >= req.num_prompt_tokens + req.max_tokens:
+                last.append(True)
+            else:
+                last.append(False)
+                n1 += 1
+                m1 += c
+                if c > longest1:
+                    longest1 = c
+        finish = last is not None and n1 > 0
+        if not finish and k < 2:
+            return False
         bs = kv.block_size
         rooms = block_rooms(running, bs)
-        k = steps_within_blocks(running, bs, kv.pool.num_free, k, rooms)
-        if k < 2:
+        # Blocks for k (+ 1) scheduled batches (counting the finishers' in the last: an upper
+        # bound, so it is safe).
+        kb = steps_within_blocks(running, bs, kv.pool.num_free, k + 1 if finish else k, rooms)
+        if finish and kb <= k:
+            finish = False
+        if kb < k:
+            k = kb
+        if not finish and k < 2:
             return False
         t_arr = stretch_end(eng._pending, eng._next_arrival, eng._cancels)  # aborts apply there
-        # Batch k + i is scheduled when batch k + i - 2 ends, i.e. when batch k + i - 1
-        # starts: every batch of the stretch but the first must start before the arrival.
         if not pricer.needs_longest:
-            longest = 0
+            longest = longest1 = 0
         durations, starts = pricer.decode_series(n, m0, longest, k, b.end, t_arr)
         j = len(durations)
-        if 0 < j < k:
-            # Cut by the arrival: batch k + j + 1 is scheduled when batch k + j starts, before
-            # the arrival too (priced in pieces: the same floats).
+        if j < k:
+            finish = False
+            if j > 0:
+                # Cut by the arrival: batch k + j + 1 is scheduled when batch k + j starts,
+                # before the arrival too (priced in pieces: the same floats).
+                more, more_starts = pricer.decode_series(
+                    n, m0 + j * n, longest + j if pricer.needs_longest else 0, 1, starts[j], _INF
+                )
+                durations += more
+                starts.append(more_starts[1])
+                j += 1
+        elif finish:
+            # Batch k + k + 1 (scheduled when batch k + k starts, before the arrival): the
+            # requests left decode one token each.
             more, more_starts = pricer.decode_series(
-                n, m0 + j * n, longest + j if pricer.needs_longest else 0, 1, starts[j], _INF
+                n1, m1 + k * n1, longest1 + k if pricer.needs_longest else 0, 1, starts[k], _INF
             )
             durations += more
             starts.append(more_starts[1])
             j += 1
         if j < 2:
             return False
-        self._advance_stretch(j, durations, starts, rooms)
+        self._advance_stretch(j, durations, starts, rooms, last if finish else None)
         return True
 
     @cython.locals(
@@ -310,22 +390,36 @@ class AsyncLoop:
         running=list,
         events=list,
         free_after=list,
+        finished=list,
+        kept=list,
         n=cython.long,
+        nf=cython.long,
         j=cython.long,
         i=cython.long,
         bs=cython.long,
         c=cython.long,
+        t=cython.long,
         pos=cython.long,
         room=cython.long,
         end=cython.long,
+        end_last=cython.long,
         stride=cython.long,
         step0=cython.long,
         caching=cython.bint,
     )
     def _advance_stretch(
-        self, j: int, durations: list[float], starts: list[float], rooms: list[int]
+        self,
+        j: int,
+        durations: list[float],
+        starts: list[float],
+        rooms: list[int],
+        last: list[bool] | None,
     ) -> None:
-        """Apply a stretch of ``j`` batches found by ``_try_stretch`` (see there)."""
+        """Apply a stretch of ``j`` batches found by ``_try_stretch`` (see there).
+
+        ``last`` (per running request, or None): the requests whose last token batch
+        ``k + j - 1`` delivers; batch ``k + j`` leaves them out.
+        """
         eng = self.engine
         kv = eng._kv
         pool = kv.pool
@@ -339,26 +433,46 @@ class AsyncLoop:
         events: list[int] = []
         stride = bs * n
         end = j * n
+        end_last = end - n  # a finisher is not in batch k + j
         for pos in range(n):
             room = rooms[pos]
-            if room < j:
+            if last is not None and last[pos]:
+                if room < j - 1:
+                    events.extend(range(room * n + pos, end_last + pos, stride))
+            elif room < j:
                 events.extend(range(room * n + pos, end + pos, stride))
         events.sort()
         free_after = free_after_steps(events, n, j, pool.num_free)
         place_blocks(pool, running, events, n)
         caching = kv.enable_caching
         last_end = starts[j - 1]  # end of batch k + j - 1, the last one applied
+        finished: list[Request] = []
+        kept = running
+        if last is not None:
+            kept = []
+        pos = 0
         for req in running:
-            c = req.num_computed_tokens + j
-            req.num_computed_tokens = c
-            req.num_computed_total += j
-            req.num_tokens += j - 1
+            if last is not None and last[pos]:
+                c = j - 1  # scheduled in batches k + 1 .. k + j - 1; its output is all known
+                req.num_output_placeholders = 0
+                finished.append(req)
+            else:
+                c = j
+                req.num_output_placeholders = 1
+                if last is not None:
+                    kept.append(req)
+            pos += 1
+            req.num_computed_tokens += c
+            req.num_computed_total += c
+            t = req.num_tokens + j - 1
+            req.num_tokens = t
             req.num_output_tokens += j - 1
             req.last_token_time = last_end
-            req.num_output_placeholders = 1
-            # Known and computed tokens end at c - 1 (batch k + j computes the last one).
-            if caching and (c - 1) // bs > req.num_cached_blocks:
-                kv.cache_blocks(req, c - 1)
+            # Tokens known with their KV computed end at t - 1 (the last known token's KV is
+            # batch k + j's to compute; a finisher's never is): ``apply``'s registration.
+            t -= 1
+            if caching and t // bs > req.num_cached_blocks:
+                kv.cache_blocks(req, t)
         # Batches k + 1 .. k + j - 1 applied: n tokens each, one step's duration apart.
         itl_values = eng.itl_values
         itl_weights = eng.itl_weights
@@ -370,36 +484,49 @@ class AsyncLoop:
                 listener(running, starts[i])
         step0 = eng.num_steps
         n_waiting = len(eng.waiting)
+        nf = len(finished)
         log = eng.schedule_log
+        records = eng._steps
+        # The lines and records of batches k + 1 .. k + j - 1, the last with its finishes
+        # (read right after its scheduling: every request still running).
+        i = j - 1 if not finished else j - 2
         if log is not None:
             ids = [r.request_id for r in running]
-            write_decode_lines(log, step0, starts, free_after, ids, n_waiting, j - 1, [])
-        if eng._steps is not None:
-            record_decode_steps(
-                eng._steps, step0, starts, durations, free_after, n, n_waiting, j - 1, 0
-            )
+            if i:
+                write_decode_lines(log, step0, starts, free_after, ids, n_waiting, i, [])
+            if finished:
+                write_line(
+                    log,
+                    _decode_line(
+                        step0 + i, starts[i], ids, [r.request_id for r in finished],
+                        free_after[i], n, n_waiting,
+                    ),
+                )  # fmt: skip
+        if records is not None:
+            if i:
+                record_decode_steps(
+                    records, step0, starts, durations, free_after, n, n_waiting, i, 0
+                )
+            if finished:
+                record_step(
+                    records, step0 + i, starts[i], durations[i], n, 0, n, 0, 0, 0, nf, n,
+                    n_waiting, free_after[i],
+                )  # fmt: skip
         # Batch k + j stays in flight, as stepping leaves it.
         line = row = None
+        n = len(kept)
         if log is not None:
-            line = {
-                "step": step0 + j - 1,
-                "time": starts[j - 1],
-                "scheduled": {r.request_id: 1 for r in running},
-                "new": {},
-                "resumed": {},
-                "preempted": [],
-                "finished": [],
-                "num_free_blocks": free_after[j - 1],
-                "num_running": n,
-                "num_waiting": n_waiting,
-            }
-        if eng._steps is not None:
+            line = _decode_line(
+                step0 + j - 1, starts[j - 1], [r.request_id for r in kept], [],
+                free_after[j - 1], len(running), n_waiting,
+            )  # fmt: skip
+        if records is not None:
             row = [
-                step0 + j - 1, starts[j - 1], durations[j - 1], n, 0, n, 0, 0, 0, 0, n,
-                n_waiting, free_after[j - 1],
+                step0 + j - 1, starts[j - 1], durations[j - 1], n, 0, n, 0, 0, 0, 0,
+                len(running), n_waiting, free_after[j - 1],
             ]  # fmt: skip
         self.queue.append(
-            _Batch(dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, row)
+            _Batch(dict.fromkeys(kept, 1), [True] * n, starts[j - 1], starts[j], line, row)
         )
         self.gpu_free = starts[j]
         self.finished_since_schedule = False  # the stretch's schedules told the workers
@@ -407,6 +534,8 @@ class AsyncLoop:
             eng.now = last_end
         eng.num_steps += j
         eng.num_ff_steps += j
+        if finished:
+            self._finish(finished, last_end)
 
     # -- scheduling ----------------------------------------------------------------------------
     @cython.locals(
