@@ -58,7 +58,6 @@ from typing import TYPE_CHECKING, Any
 import cython
 
 from llmsched_gym.core.fastforward import (
-    block_rooms,
     free_after_steps,
     head_fits,
     place_blocks,
@@ -67,6 +66,7 @@ from llmsched_gym.core.fastforward import (
 )
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.core.steplog import (
+    batch_line,
     record_decode_steps,
     record_step,
     step_line,
@@ -117,30 +117,6 @@ class _Batch:
         self.row = row
         """Its per-step record, ``record_step``'s arguments after the columns, without
         ``num_finished`` (``record_steps``); None for a batch that is not recorded."""
-
-
-def _decode_line(
-    step: int,
-    time: float,
-    ids: list[str],
-    finished: list[str],
-    num_free: int,
-    num_running: int,
-    num_waiting: int,
-) -> dict[str, Any]:
-    """``step_line`` of a batch that schedules ``ids`` for one token each, nothing else."""
-    return {
-        "step": step,
-        "time": time,
-        "scheduled": dict.fromkeys(ids, 1),
-        "new": {},
-        "resumed": {},
-        "preempted": [],
-        "finished": finished,
-        "num_free_blocks": num_free,
-        "num_running": num_running,
-        "num_waiting": num_waiting,
-    }
 
 
 class AsyncLoop:
@@ -242,18 +218,21 @@ class AsyncLoop:
         req=Request,
         b=_Batch,
         running=list,
-        last=list,
         n=cython.long,
         k=cython.long,
         kb=cython.long,
         j=cython.long,
         bs=cython.long,
         m0=cython.long,
-        m1=cython.long,
+        m_last=cython.long,
+        n_last=cython.long,
         n1=cython.long,
         longest=cython.long,
         longest1=cython.long,
         left=cython.long,
+        slack=cython.long,
+        slack_min=cython.long,
+        slack_last=cython.long,
         c=cython.long,
         finish=cython.bint,
         pricer="StepPricer",
@@ -293,22 +272,38 @@ class AsyncLoop:
         kv = eng._kv
         scheduled = b.scheduled
         k = 1 << 62
-        m0 = 0
-        longest = 0
+        m0 = longest = 0
+        # The requests closest to their last token (``left == k``): how many, their context
+        # sum, and the most batches after which the max_tokens guard stops one of them.
+        n_last = m_last = slack_last = 0
+        slack_min = 0
         for req in running:
             c = req.num_computed_tokens
             # Batch k may be a full prefill (it samples: the request's state is a decoder's).
             if req.num_output_placeholders != 1 or c != req.num_tokens or req not in scheduled:
                 return False
             # Batch k delivers token o + 1, batch k + i - 1 token o + i: no finish while
-            # o + j < output_len (then the max_tokens guard cannot bind either).
+            # o + i < output_len.
             left = req._output_len - req.num_output_tokens - 1
+            # The guard stops scheduling it at batch k + i + 1 once c + i + 1 reaches
+            # prompt + max_tokens: ``slack`` batches after its finish would (0: together).
+            slack = req.num_prompt_tokens + req.max_tokens - c - 1 - left
+            if slack < slack_min:
+                slack_min = slack
             if left < k:
                 k = left
+                n_last = 1
+                m_last = c
+                slack_last = slack
+            elif left == k:
+                n_last += 1
+                m_last += c
+                if slack > slack_last:
+                    slack_last = slack
             m0 += c
             if c > longest:
                 longest = c
-        if k < 1:
+        if k < 1 or slack_min < 0:  # (a guard before a finish: never, output_len <= max_tokens)
             return False
         pricer = eng.pricer
         if pricer.phase_items and any(r.in_prefill_phase for r in running):
@@ -316,37 +311,17 @@ class AsyncLoop:
         waiting = eng.waiting
         if waiting and n < eng.config.max_num_seqs and head_fits(kv, waiting.peek()):
             return False  # as the synchronous stretch (``core/fastforward.py``)
-        # Batch k + k delivers the last token of the requests with k left. Batch k + k + 1,
-        # scheduled before that output, leaves out those the guard stops: when that is
-        # exactly them (``last``), the stretch takes it and the finish too.
-        last = None
-        n1 = m1 = longest1 = 0
-        for req in running:
-            c = req.num_computed_tokens
-            # The guard at batch k + k + 1: c + k computed, one placeholder.
-            if (c + k + 1 >= req.num_prompt_tokens + req.max_tokens) != (
-                req._output_len - req.num_output_tokens - 1 == k
-            ):
-                last = None
-                break
-            if last is None:
-                last = []
-            if c + k + 1 >= req.num_prompt_tokens + req.max_tokens:
-                last.append(True)
-            else:
-                last.append(False)
-                n1 += 1
-                m1 += c
-                if c > longest1:
-                    longest1 = c
-        finish = last is not None and n1 > 0
+        # Batch k + k delivers the last token of the requests with k left; batch k + k + 1,
+        # scheduled before that output, leaves out exactly them when the guard stops each of
+        # them there (the others have more left, so the guard cannot stop them). Then the
+        # stretch takes that batch and the finish too, if someone is left to schedule.
+        finish = slack_last == 0 and n_last < n
         if not finish and k < 2:
             return False
         bs = kv.block_size
-        rooms = block_rooms(running, bs)
         # Blocks for k (+ 1) scheduled batches (counting the finishers' in the last: an upper
         # bound, so it is safe).
-        kb = steps_within_blocks(running, bs, kv.pool.num_free, k + 1 if finish else k, rooms)
+        kb = steps_within_blocks(running, bs, kv.pool.num_free, k + 1 if finish else k)
         if finish and kb <= k:
             finish = False
         if kb < k:
@@ -354,9 +329,10 @@ class AsyncLoop:
         if not finish and k < 2:
             return False
         t_arr = stretch_end(eng._pending, eng._next_arrival, eng._cancels)  # aborts apply there
-        if not pricer.needs_longest:
-            longest = longest1 = 0
-        durations, starts = pricer.decode_series(n, m0, longest, k, b.end, t_arr)
+        needs_longest = pricer.needs_longest
+        durations, starts = pricer.decode_series(
+            n, m0, longest if needs_longest else 0, k, b.end, t_arr
+        )
         j = len(durations)
         if j < k:
             finish = False
@@ -364,7 +340,7 @@ class AsyncLoop:
                 # Cut by the arrival: batch k + j + 1 is scheduled when batch k + j starts,
                 # before the arrival too (priced in pieces: the same floats).
                 more, more_starts = pricer.decode_series(
-                    n, m0 + j * n, longest + j if pricer.needs_longest else 0, 1, starts[j], _INF
+                    n, m0 + j * n, longest + j if needs_longest else 0, 1, starts[j], _INF
                 )
                 durations += more
                 starts.append(more_starts[1])
@@ -372,15 +348,23 @@ class AsyncLoop:
         elif finish:
             # Batch k + k + 1 (scheduled when batch k + k starts, before the arrival): the
             # requests left decode one token each.
+            n1 = n - n_last
+            longest1 = 0
+            if needs_longest:
+                for req in running:
+                    c = req.num_computed_tokens
+                    if req._output_len - req.num_output_tokens - 1 != k and c > longest1:
+                        longest1 = c
+                longest1 += k
             more, more_starts = pricer.decode_series(
-                n1, m1 + k * n1, longest1 + k if pricer.needs_longest else 0, 1, starts[k], _INF
+                n1, m0 - m_last + k * n1, longest1, 1, starts[k], _INF
             )
             durations += more
             starts.append(more_starts[1])
             j += 1
         if j < 2:
             return False
-        self._advance_stretch(j, durations, starts, rooms, last if finish else None)
+        self._advance_stretch(j, durations, starts, finish)
         return True
 
     @cython.locals(
@@ -392,6 +376,7 @@ class AsyncLoop:
         free_after=list,
         finished=list,
         kept=list,
+        to_cache=list,
         n=cython.long,
         nf=cython.long,
         j=cython.long,
@@ -402,23 +387,18 @@ class AsyncLoop:
         pos=cython.long,
         room=cython.long,
         end=cython.long,
-        end_last=cython.long,
         stride=cython.long,
         step0=cython.long,
         caching=cython.bint,
+        finish=cython.bint,
     )
     def _advance_stretch(
-        self,
-        j: int,
-        durations: list[float],
-        starts: list[float],
-        rooms: list[int],
-        last: list[bool] | None,
+        self, j: int, durations: list[float], starts: list[float], finish: bool
     ) -> None:
         """Apply a stretch of ``j`` batches found by ``_try_stretch`` (see there).
 
-        ``last`` (per running request, or None): the requests whose last token batch
-        ``k + j - 1`` delivers; batch ``k + j`` leaves them out.
+        With ``finish``, batch ``k + j - 1`` delivers the last token of the requests with
+        ``j - 1`` left, and batch ``k + j`` leaves them out.
         """
         eng = self.engine
         kv = eng._kv
@@ -432,47 +412,48 @@ class AsyncLoop:
         # Block allocations in (batch, running position) order, as stepping makes them.
         events: list[int] = []
         stride = bs * n
-        end = j * n
-        end_last = end - n  # a finisher is not in batch k + j
-        for pos in range(n):
-            room = rooms[pos]
-            if last is not None and last[pos]:
-                if room < j - 1:
-                    events.extend(range(room * n + pos, end_last + pos, stride))
-            elif room < j:
-                events.extend(range(room * n + pos, end + pos, stride))
-        events.sort()
-        free_after = free_after_steps(events, n, j, pool.num_free)
-        place_blocks(pool, running, events, n)
         caching = kv.enable_caching
         last_end = starts[j - 1]  # end of batch k + j - 1, the last one applied
         finished: list[Request] = []
         kept = running
-        if last is not None:
+        if finish:
             kept = []
+        to_cache: list[Request] = []
         pos = 0
         for req in running:
-            if last is not None and last[pos]:
-                c = j - 1  # scheduled in batches k + 1 .. k + j - 1; its output is all known
+            c = req.num_computed_tokens
+            room = len(req.blocks) * bs - c
+            # Token o + 1 came with batch k: a finisher's last is batch k + j - 1's.
+            if finish and req._output_len - req.num_output_tokens == j - 1:
+                end = (j - 1) * n  # scheduled in batches k + 1 .. k + j - 1
+                req.num_computed_tokens = c + j - 1
+                req.num_computed_total += j - 1
                 req.num_output_placeholders = 0
                 finished.append(req)
             else:
-                c = j
+                end = j * n
+                req.num_computed_tokens = c + j
+                req.num_computed_total += j
                 req.num_output_placeholders = 1
-                if last is not None:
+                if finish:
                     kept.append(req)
+            if room * n < end:
+                events.extend(range(room * n + pos, end + pos, stride))
             pos += 1
-            req.num_computed_tokens += c
-            req.num_computed_total += c
             t = req.num_tokens + j - 1
             req.num_tokens = t
             req.num_output_tokens += j - 1
             req.last_token_time = last_end
             # Tokens known with their KV computed end at t - 1 (the last known token's KV is
-            # batch k + j's to compute; a finisher's never is): ``apply``'s registration.
-            t -= 1
-            if caching and t // bs > req.num_cached_blocks:
-                kv.cache_blocks(req, t)
+            # batch k + j's to compute; a finisher's never is): ``apply``'s registration,
+            # once the new blocks are in place.
+            if caching and (t - 1) // bs > req.num_cached_blocks:
+                to_cache.append(req)
+        events.sort()
+        free_after = free_after_steps(events, n, j, pool.num_free)
+        place_blocks(pool, running, events, n)
+        for req in to_cache:
+            kv.cache_blocks(req, req.num_tokens - 1)
         # Batches k + 1 .. k + j - 1 applied: n tokens each, one step's duration apart.
         itl_values = eng.itl_values
         itl_weights = eng.itl_weights
@@ -497,9 +478,9 @@ class AsyncLoop:
             if finished:
                 write_line(
                     log,
-                    _decode_line(
-                        step0 + i, starts[i], ids, [r.request_id for r in finished],
-                        free_after[i], n, n_waiting,
+                    batch_line(
+                        step0 + i, starts[i], dict.fromkeys(ids, 1), {}, {}, [],
+                        [r.request_id for r in finished], free_after[i], n, n_waiting,
                     ),
                 )  # fmt: skip
         if records is not None:
@@ -516,8 +497,8 @@ class AsyncLoop:
         line = row = None
         n = len(kept)
         if log is not None:
-            line = _decode_line(
-                step0 + j - 1, starts[j - 1], [r.request_id for r in kept], [],
+            line = batch_line(
+                step0 + j - 1, starts[j - 1], {r.request_id: 1 for r in kept}, {}, {}, [], [],
                 free_after[j - 1], len(running), n_waiting,
             )  # fmt: skip
         if records is not None:
