@@ -270,6 +270,9 @@ class AsyncLoop:
         if len(b.scheduled) != n or not all(b.samplers):
             return False
         kv = eng._kv
+        waiting = eng.waiting
+        if waiting and n < eng.config.max_num_seqs and head_fits(kv, waiting.peek()):
+            return False  # as the synchronous stretch (``core/fastforward.py``)
         scheduled = b.scheduled
         k = 1 << 62
         m0 = longest = 0
@@ -308,9 +311,6 @@ class AsyncLoop:
         pricer = eng.pricer
         if pricer.phase_items and any(r.in_prefill_phase for r in running):
             return False
-        waiting = eng.waiting
-        if waiting and n < eng.config.max_num_seqs and head_fits(kv, waiting.peek()):
-            return False  # as the synchronous stretch (``core/fastforward.py``)
         # Batch k + k delivers the last token of the requests with k left; batch k + k + 1,
         # scheduled before that output, leaves out exactly them when the guard stops each of
         # them there (the others have more left, so the guard cannot stop them). Then the
@@ -450,7 +450,11 @@ class AsyncLoop:
             if caching and (t - 1) // bs > req.num_cached_blocks:
                 to_cache.append(req)
         events.sort()
-        free_after = free_after_steps(events, n, j, pool.num_free)
+        log = eng.schedule_log
+        records = eng._steps
+        free_after = None
+        if log is not None or records is not None:
+            free_after = free_after_steps(events, n, j, pool.num_free)
         place_blocks(pool, running, events, n)
         for req in to_cache:
             kv.cache_blocks(req, req.num_tokens - 1)
@@ -466,8 +470,6 @@ class AsyncLoop:
         step0 = eng.num_steps
         n_waiting = len(eng.waiting)
         nf = len(finished)
-        log = eng.schedule_log
-        records = eng._steps
         # The lines and records of batches k + 1 .. k + j - 1, the last with its finishes
         # (read right after its scheduling: every request still running).
         i = j - 1 if not finished else j - 2
@@ -798,6 +800,7 @@ class AsyncLoop:
             batch.row[9] = len(finished)  # num_finished
             record_step(eng._steps, *batch.row)
 
+    @cython.locals(eng="Engine", req=Request, running=list, stale=dict)
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end`` in scheduling order: free blocks, leave their queue.
 
@@ -807,16 +810,18 @@ class AsyncLoop:
         eng = self.engine
         self.finished_since_schedule = True
         running = eng._running
+        stale = self.stale
         for req in finished:
             req.num_output_placeholders = 0
-            self.stale.pop(req, None)
+            if stale:
+                stale.pop(req, None)
             if req.status is _RUNNING:
                 eng.running_tokens -= req.num_tokens - req.num_computed_tokens
                 running.remove(req)
             else:
                 eng.waiting.remove(req)
                 eng.waiting_tokens -= req.num_tokens
-            req.status = RequestStatus.FINISHED
+            req.status = _FINISHED
             req.finish_time = end
             eng._kv.free(req)
             eng.policy.on_finish(req, end)
