@@ -44,10 +44,27 @@ scheduling, ``finished`` lists the requests whose last token that batch's output
 ``step`` counts logged batches; so does ``Engine.num_steps``.
 
 Only the ``vllm-v1`` scheduler runs asynchronously (the scheduling rules above are vLLM's), and
-only through ``Engine.run``. With ``fast_forward`` on, steady decode stretches (one batch in
-flight that holds and samples every running request, each then decoding one token per batch;
-nothing finishing, arriving or admissible) advance many batches at once (``_try_stretch``);
-logs and records are identical to stepping them.
+only through ``Engine.run``. With ``fast_forward`` on, steady decode stretches advance many
+batches at once (``_try_stretch``); logs, records and listeners see what stepping them gives:
+
+* the state: one batch in flight, batch ``k``, that holds every running request and samples
+  all of them, each then holding one placeholder with its known tokens computed; no stale
+  output, no admissible waiting request. Batch ``k`` may be a request's full prefill (its
+  state is then a decoder's), and a finish not yet reported does not matter (the next
+  schedule reports it; with requests running it changes nothing else);
+* stepping it is: schedule batch ``k + i`` (every running request, one token each), then apply
+  batch ``k + i - 1``, for ``i = 1..j``, leaving batch ``k + j`` in flight; it repeats until a
+  request's last token is delivered, an arrival, or blocks run out;
+* batch ``k + i`` is scheduled when batch ``k + i - 1`` starts (its predecessor's end), so an
+  arrival ends the stretch with the first batch that starts at or after it;
+* the stretch may end with the finish of the requests closest to their last token, as stepping
+  makes it: the last schedule leaves out the requests whose token in flight is their last
+  (the ``max_tokens`` guard), then that token's output finishes them. It does so only when the
+  guard leaves out exactly those requests and someone is left to schedule; the next stretch
+  may then start at once.
+
+Size: one module because the fast-forward applies the loop's own state (its batch queue, the
+placeholders, ``apply`` and ``_finish``) inside the one extension type, ``AsyncLoop``.
 """
 
 from __future__ import annotations
@@ -226,38 +243,21 @@ class AsyncLoop:
         m0=cython.long,
         m_last=cython.long,
         n_last=cython.long,
-        n1=cython.long,
         longest=cython.long,
-        longest1=cython.long,
         left=cython.long,
         slack=cython.long,
         slack_min=cython.long,
         slack_last=cython.long,
         c=cython.long,
         finish=cython.bint,
+        needs_longest=cython.bint,
         pricer="StepPricer",
     )
     def _try_stretch(self) -> bool:
         """Advance a steady decode stretch of ``j`` batches at once; False if it may not.
 
-        The state (one batch in flight, batch ``k``, that holds every running request and
-        samples all of them, each then holding one placeholder with its known tokens
-        computed; no stale output, no admissible waiting request) repeats batch after batch
-        until a request's last token is delivered, an arrival, or blocks run out. Batch ``k``
-        may be a request's full prefill (its state is then a decoder's), and a finish not yet
-        reported does not matter (the first schedule reports it; with requests running it
-        changes nothing else). Stepping it is: schedule batch ``k + i`` (all running, one
-        token each) then apply batch ``k + i - 1``, for ``i = 1..j``; this does the same in
-        one pass, leaving batch ``k + j`` in flight. Batch ``k + i`` is scheduled when batch
-        ``k + i - 1`` starts (its predecessor's end), so an arrival ends the stretch with the
-        first batch that starts at or after it.
-
-        The stretch may end with the finish of the requests closest to their last token, as
-        stepping makes it: the last schedule leaves out the requests whose token in flight is
-        their last (vLLM's ``max_tokens`` guard), then that token's output finishes them. It
-        does so only when the guard leaves out exactly those requests and someone is left to
-        schedule; the next stretch may then start at once. Identical logs and records (the
-        differential test runs this path).
+        The rules are the module docstring's. Identical logs and records (the differential
+        test runs this path).
         """
         eng = self.engine
         if self.stale or eng.unlogged_aborts:
@@ -328,44 +328,55 @@ class AsyncLoop:
             k = kb
         if not finish and k < 2:
             return False
-        t_arr = stretch_end(eng._pending, eng._next_arrival, eng._cancels)  # aborts apply there
         needs_longest = pricer.needs_longest
+        if not needs_longest:
+            longest = 0
         durations, starts = pricer.decode_series(
-            n, m0, longest if needs_longest else 0, k, b.end, t_arr
-        )
+            n, m0, longest, k, b.end, stretch_end(eng._pending, eng._next_arrival, eng._cancels)
+        )  # (aborts apply at their cancel time, as arrivals)
         j = len(durations)
         if j < k:
             finish = False
             if j > 0:
                 # Cut by the arrival: batch k + j + 1 is scheduled when batch k + j starts,
                 # before the arrival too (priced in pieces: the same floats).
-                more, more_starts = pricer.decode_series(
-                    n, m0 + j * n, longest + j if needs_longest else 0, 1, starts[j], _INF
+                self._price_one(
+                    durations, starts, n, m0 + j * n, longest + j if needs_longest else 0
                 )
-                durations += more
-                starts.append(more_starts[1])
                 j += 1
-        elif finish:
-            # Batch k + k + 1 (scheduled when batch k + k starts, before the arrival): the
-            # requests left decode one token each.
-            n1 = n - n_last
-            longest1 = 0
-            if needs_longest:
-                for req in running:
-                    c = req.num_computed_tokens
-                    if req._output_len - req.num_output_tokens - 1 != k and c > longest1:
-                        longest1 = c
-                longest1 += k
-            more, more_starts = pricer.decode_series(
-                n1, m0 - m_last + k * n1, longest1, 1, starts[k], _INF
-            )
-            durations += more
-            starts.append(more_starts[1])
+        elif finish:  # batch k + k + 1 is scheduled when batch k + k starts (before t_arr)
+            self._price_after_finish(durations, starts, k, n - n_last, m0 - m_last)
             j += 1
         if j < 2:
             return False
         self._advance_stretch(j, durations, starts, finish)
         return True
+
+    def _price_one(
+        self, durations: list[float], starts: list[float], n: int, m: int, longest: int
+    ) -> None:
+        """Append one more decode batch of ``n`` requests (context sum ``m``) to a series."""
+        more, more_starts = self.engine.pricer.decode_series(n, m, longest, 1, starts[-1], _INF)
+        durations += more
+        starts.append(more_starts[1])
+
+    @cython.locals(req=Request, k=cython.long, c=cython.long, longest=cython.long)
+    def _price_after_finish(
+        self, durations: list[float], starts: list[float], k: int, n: int, m: int
+    ) -> None:
+        """Append the last batch of a stretch that ends with a finish (batch ``k + k + 1``).
+
+        It decodes the ``n`` requests with more than ``k`` tokens left, whose context sum at
+        batch ``k + 1`` is ``m``, one token each.
+        """
+        longest = 0
+        if self.engine.pricer.needs_longest:
+            for req in self.engine._running:
+                c = req.num_computed_tokens
+                if req._output_len - req.num_output_tokens - 1 != k and c > longest:
+                    longest = c
+            longest += k
+        self._price_one(durations, starts, n, m + k * n, longest)
 
     @cython.locals(
         eng="Engine",
@@ -378,7 +389,6 @@ class AsyncLoop:
         kept=list,
         to_cache=list,
         n=cython.long,
-        nf=cython.long,
         j=cython.long,
         i=cython.long,
         bs=cython.long,
@@ -388,7 +398,6 @@ class AsyncLoop:
         room=cython.long,
         end=cython.long,
         stride=cython.long,
-        step0=cython.long,
         caching=cython.bint,
         finish=cython.bint,
     )
@@ -467,12 +476,51 @@ class AsyncLoop:
         for i in range(1, j):  # batch k + i's tokens, delivered at its end
             for listener in eng.token_listeners:
                 listener(running, starts[i])
+        line = row = None
+        if free_after is not None:
+            line, row = self._log_stretch(j, starts, durations, free_after, finished, kept)
+        n = len(kept)
+        self.queue.append(
+            _Batch(dict.fromkeys(kept, 1), [True] * n, starts[j - 1], starts[j], line, row)
+        )
+        self.gpu_free = starts[j]
+        self.finished_since_schedule = False  # the stretch's schedules told the workers
+        if last_end > eng.now:
+            eng.now = last_end
+        eng.num_steps += j
+        eng.num_ff_steps += j
+        if finished:
+            self._finish(finished, last_end)
+
+    @cython.locals(
+        eng="Engine", running=list, n=cython.long, nf=cython.long, i=cython.long,
+        j=cython.long, step0=cython.long,
+    )  # fmt: skip
+    def _log_stretch(
+        self,
+        j: int,
+        starts: list[float],
+        durations: list[float],
+        free_after: list[int],
+        finished: list[Request],
+        kept: list[Request],
+    ) -> tuple:
+        """Write the log lines and records of a stretch's applied batches, and make its last's.
+
+        Batches ``k + 1 .. k + j - 1`` are written (the last with its finishes); batch ``k + j``'s
+        line and record row are returned (None when not kept). Every value is read right after
+        its batch's scheduling, so every request still runs.
+        """
+        eng = self.engine
+        running = eng._running
+        n = len(running)
         step0 = eng.num_steps
         n_waiting = len(eng.waiting)
         nf = len(finished)
-        # The lines and records of batches k + 1 .. k + j - 1, the last with its finishes
-        # (read right after its scheduling: every request still running).
+        log = eng.schedule_log
+        records = eng._steps
         i = j - 1 if not finished else j - 2
+        line = row = None
         if log is not None:
             ids = [r.request_id for r in running]
             if i:
@@ -485,6 +533,10 @@ class AsyncLoop:
                         [r.request_id for r in finished], free_after[i], n, n_waiting,
                     ),
                 )  # fmt: skip
+            line = batch_line(
+                step0 + j - 1, starts[j - 1], {r.request_id: 1 for r in kept}, {}, {}, [], [],
+                free_after[j - 1], n, n_waiting,
+            )  # fmt: skip
         if records is not None:
             if i:
                 record_decode_steps(
@@ -495,30 +547,11 @@ class AsyncLoop:
                     records, step0 + i, starts[i], durations[i], n, 0, n, 0, 0, 0, nf, n,
                     n_waiting, free_after[i],
                 )  # fmt: skip
-        # Batch k + j stays in flight, as stepping leaves it.
-        line = row = None
-        n = len(kept)
-        if log is not None:
-            line = batch_line(
-                step0 + j - 1, starts[j - 1], {r.request_id: 1 for r in kept}, {}, {}, [], [],
-                free_after[j - 1], len(running), n_waiting,
-            )  # fmt: skip
-        if records is not None:
             row = [
-                step0 + j - 1, starts[j - 1], durations[j - 1], n, 0, n, 0, 0, 0, 0,
-                len(running), n_waiting, free_after[j - 1],
+                step0 + j - 1, starts[j - 1], durations[j - 1], len(kept), 0, len(kept), 0, 0,
+                0, 0, n, n_waiting, free_after[j - 1],
             ]  # fmt: skip
-        self.queue.append(
-            _Batch(dict.fromkeys(kept, 1), [True] * n, starts[j - 1], starts[j], line, row)
-        )
-        self.gpu_free = starts[j]
-        self.finished_since_schedule = False  # the stretch's schedules told the workers
-        if last_end > eng.now:
-            eng.now = last_end
-        eng.num_steps += j
-        eng.num_ff_steps += j
-        if finished:
-            self._finish(finished, last_end)
+        return line, row
 
     # -- scheduling ----------------------------------------------------------------------------
     @cython.locals(
