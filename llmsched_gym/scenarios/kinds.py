@@ -13,7 +13,13 @@ from typing import Any
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.scenarios.spec import REQUIRED, WORKLOAD_KINDS, Param, WorkloadKind, positive
+from llmsched_gym.scenarios.workload_kinds import (
+    REQUIRED,
+    WORKLOAD_KINDS,
+    Param,
+    WorkloadKind,
+    positive,
+)
 
 _INT = (int,)
 _NUM = (float, int)
