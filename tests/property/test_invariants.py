@@ -316,3 +316,74 @@ def test_jobs_release_everything_once_and_fast_forward_is_identical(workload):
             ]
             if deps and mine:
                 assert min(r.arrival_time for r in mine) >= max(r.finish_time for r in deps)
+
+
+@st.composite
+def multiturn_workloads(draw):
+    """Conversations of 2-5 turns (a turn's prompt holds its parent's prompt and answer, so it
+    can hit the parent's blocks of generated tokens), with branches and single requests."""
+    from llmsched_gym.workloads.multiturn import resolve_turns
+
+    bs = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    raw, t = [], 0.0
+    for s in range(draw(st.integers(1, 4))):
+        t += draw(st.sampled_from([0.0, 0.5, 1.0, 3.0]))
+        prompt = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=20)))
+        out = draw(st.integers(1, 30))
+        turns = [RequestSpec(f"s{s}t0", t, len(prompt), out, out, prompt_token_ids=prompt)]
+        arrival = t
+        for k in range(1, draw(st.integers(2, 5))):
+            parent = turns[draw(st.integers(0, k - 1))] if draw(st.booleans()) else turns[-1]
+            arrival += draw(st.sampled_from([0.0, 0.5, 2.0, 6.0, 40.0]))
+            own = tuple(draw(st.lists(st.integers(1, 50), max_size=12)))
+            out = draw(st.integers(1, 30))
+            turns.append(
+                RequestSpec(f"s{s}t{k}", arrival, len(own), out, out, prompt_token_ids=own,
+                            parent_request_id=parent.request_id)
+            )  # fmt: skip
+        raw += turns
+    for i in range(draw(st.integers(0, 3))):
+        n, out = draw(st.integers(1, 30)), draw(st.integers(1, 30))
+        raw.append(RequestSpec(f"x{i}", draw(st.sampled_from([0.0, 1.0, 5.0])), n, out, out))
+    specs = resolve_turns(
+        raw, seed=draw(st.integers(0, 3)), vocab_size=draw(st.sampled_from([17, 40, 32000]))
+    )
+    longest = max(-(-(s.prompt_len + s.output_len) // bs) for s in specs)
+    cfg = EngineConfig(
+        max_num_batched_tokens=draw(st.integers(16, 96)),
+        max_num_seqs=draw(st.integers(1, 8)),
+        block_size=bs,
+        num_gpu_blocks=longest + 1 + draw(st.integers(0, 2 * longest)),
+        scheduling_policy=draw(st.sampled_from(["fcfs", "priority"])),
+    )
+    return cfg, specs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(multiturn_workloads(), st.sampled_from(["vllm-v1", "sarathi", "vllm-v0"]))
+def test_multiturn_conservation(workload, policy):
+    """Blocks and tokens are conserved when turns hit their parents' generated blocks: each
+    request's prefix hit plus the tokens it computed cover its sequence but the last token,
+    exactly when it was never preempted (a refill recomputes)."""
+    cfg, specs = workload
+    _check_conservation(workload, policy)
+    eng, _, _ = _run(cfg, specs, policy, ff=False, cost=ConstantCostModel(1.0))
+    for r in eng.finished:
+        covered = r.num_cached_tokens + r.num_computed_total
+        if r.num_preemptions == 0:
+            assert covered == r.num_tokens - 1
+        else:
+            assert covered >= r.num_tokens - 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(multiturn_workloads(), st.booleans())
+def test_multiturn_fast_forward_identical(workload, async_scheduling):
+    """Fast-forward stops before a decoding parent extends a waiting turn's hit (sync, async)."""
+    cfg, specs = workload
+    cfg = cfg.replace(async_scheduling=async_scheduling)
+    slow, slow_log, _ = _run(cfg, specs, "vllm-v1", ff=False, cost=ConstantCostModel(0.5))
+    fast, fast_log, _ = _run(cfg, specs, "vllm-v1", ff=True, cost=ConstantCostModel(0.5))
+    assert fast_log == slow_log
+    assert request_columns(fast.finished) == request_columns(slow.finished)
+    _same_steps(fast, slow)
