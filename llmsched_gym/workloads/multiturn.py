@@ -12,6 +12,9 @@ have ids (``RequestSpec.output_token_ids``); this module gives them ids and buil
 * ``resolve_turns``: a trace's turns (``parent_request_id``) become ordinary specs: a parent
   gets ``output_token_ids`` (its ``output_len`` generated ids) and the prompt ids it lacked; a
   turn's prompt becomes parent prompt + parent answer + its own tokens. ``load_trace`` calls it.
+* ``mooncake_sessions``: conversations of the shipped Mooncake conversation trace (turn
+  structure recovered from its prefix hash ids), as jobs whose next turn is sent after the
+  previous answer (``scenarios`` kind ``multiturn``).
 
 A turn in the trace contract (``workloads.trace``): ``parent_request_id`` names the turn it
 continues, and its prompt is given either as ``prompt_token_ids`` listing **only the new turn's
@@ -28,17 +31,21 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
 
+from llmsched_gym.core.job import Job, Stage
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import TraceError
 
 __all__ = [
     "GENERATED_VOCAB_SIZE",
     "RESERVED_IDS",
+    "mooncake_parents",
+    "mooncake_sessions",
     "resolve_turns",
     "splitmix64",
     "token_ids",
@@ -308,3 +315,125 @@ def resolve_turns(
             output_token_ids=output,
         )
     return [resolved.get(s.request_id, s) for s in specs]
+
+
+# -- the Mooncake conversation trace as sessions ----------------------------------------------
+MOONCAKE_BLOCK = 512
+"""Tokens per Mooncake hash id."""
+MIN_SHARED_BLOCKS = 2
+"""A turn must repeat at least this many of its parent's full hash blocks: every request of the
+conversation trace starts with the same block (a system prompt), which alone says nothing."""
+
+
+def mooncake_parents(specs: Sequence[RequestSpec]) -> dict[str, str]:
+    """Turn structure of a Mooncake trace: request id -> the earlier request it continues.
+
+    Request B continues A when A is the latest earlier request whose full 512-token hash blocks
+    (at least ``MIN_SHARED_BLOCKS``) are the longest such prefix of B's hash ids, and B's prompt
+    holds A's prompt and answer (``B.prompt_len >= A.prompt_len + A.output_len``). A prompt that
+    repeats a request's blocks but is shorter than its prompt plus answer starts a conversation
+    of its own (its hash prefix is still shared).
+    """
+    latest: dict[tuple[int, ...], RequestSpec] = {}
+    parents: dict[str, str] = {}
+    for spec in specs:
+        hashes = spec.block_hashes or ()
+        for k in range(len(hashes), MIN_SHARED_BLOCKS - 1, -1):
+            candidate = latest.get(hashes[:k])
+            if candidate is not None:
+                if spec.prompt_len >= candidate.prompt_len + candidate.output_len:
+                    parents[spec.request_id] = candidate.request_id
+                break
+        full = min(len(hashes), spec.prompt_len // MOONCAKE_BLOCK)
+        if full >= MIN_SHARED_BLOCKS:
+            latest[tuple(hashes[:full])] = spec
+    return parents
+
+
+def mooncake_sessions(
+    specs: Sequence[RequestSpec],
+    *,
+    seed: int = 0,
+    rate_per_s: float | None = None,
+    think_time_scale: float = 1.0,
+    reuse_answers: bool = True,
+    vocab_size: int = GENERATED_VOCAB_SIZE,
+) -> list[Job]:
+    """Conversations of a Mooncake trace as jobs: each next turn is sent after the answer.
+
+    ``specs`` is (a prefix of) the Mooncake conversation trace, block hashes of 512 tokens
+    (``load_trace("mooncake-conversation")``). Turn structure comes from ``mooncake_parents``;
+    every prompt becomes token ids (``resolve_turns``; ids from the hashes, so Mooncake's
+    shared prefixes stay shared, and each turn's prompt holds its parent's prompt and
+    generated ids). One job per conversation (kind ``"session"``), arriving with its first
+    turn; a turn is a stage released when its parent finishes, plus a think time: the trace's
+    gap between the two turns' arrivals (which includes the answer's own time in Mooncake's
+    service) times ``think_time_scale``.
+
+    Args:
+        specs: The trace's requests with their arrival times.
+        seed: Seed of the synthesised ids.
+        rate_per_s: Rescales the conversations' start times (their first turns' arrivals) to
+            this mean rate (conversations per second); think times keep the trace's gaps.
+            None keeps the trace's times.
+        think_time_scale: Multiplies every think time (>= 0).
+        reuse_answers: See ``resolve_turns`` (False: answers are not shared, for comparison).
+        vocab_size: Synthesised ids lie below this.
+
+    Returns:
+        The jobs, ordered by arrival (ties by first request).
+    """
+    if not (isinstance(think_time_scale, int | float) and math.isfinite(think_time_scale)):
+        raise ValueError(f"think_time_scale must be a finite number, got {think_time_scale!r}")
+    if think_time_scale < 0:
+        raise ValueError(f"think_time_scale must be >= 0, got {think_time_scale!r}")
+    if rate_per_s is not None and not (
+        isinstance(rate_per_s, int | float) and math.isfinite(rate_per_s) and rate_per_s > 0
+    ):
+        raise ValueError(f"rate_per_s must be a finite number > 0 or None, got {rate_per_s!r}")
+    parents = mooncake_parents(specs)
+    linked = [dataclasses.replace(s, parent_request_id=parents.get(s.request_id)) for s in specs]
+    # A turn's spec from the trace gives its total prompt_len (what Mooncake logged).
+    linked = [
+        dataclasses.replace(s, block_hashes=None) if s.parent_request_id is not None else s
+        for s in linked
+    ]
+    resolved = resolve_turns(linked, seed=seed, vocab_size=vocab_size, reuse_answers=reuse_answers)
+    # Requests outside conversations get ids from their hashes too, so that every prefix equal
+    # by hash (the system prompt every request starts with) stays shared.
+    resolved = [
+        s
+        if s.prompt_token_ids is not None
+        else dataclasses.replace(
+            s, prompt_token_ids=_own_prompt_ids(s, seed, vocab_size), block_hashes=None
+        )
+        for s in resolved
+    ]
+    by_id = {s.request_id: s for s in resolved}
+    root_of: dict[str, str] = {}
+    members: dict[str, list[RequestSpec]] = {}
+    for spec in resolved:  # arrival order: a parent comes before its turns
+        pid = spec.parent_request_id
+        root = spec.request_id if pid is None else root_of[pid]
+        root_of[spec.request_id] = root
+        members.setdefault(root, []).append(spec)
+    starts = [by_id[root].arrival_time for root in members]
+    stretch = 1.0
+    if rate_per_s is not None and len(starts) > 1 and starts[-1] > starts[0]:
+        stretch = (len(starts) - 1) / (starts[-1] - starts[0]) / rate_per_s
+    jobs: list[Job] = []
+    for root, turns in members.items():
+        stages = []
+        for spec in turns:
+            pid = spec.parent_request_id
+            if pid is None:
+                offset, after = 0.0, ()
+            else:
+                offset = (spec.arrival_time - by_id[pid].arrival_time) * think_time_scale
+                after = (pid,)
+            stages.append(
+                Stage(spec.request_id, (dataclasses.replace(spec, arrival_time=offset),), after)
+            )
+        start = by_id[root].arrival_time * stretch
+        jobs.append(Job(f"session-{root}", start, tuple(stages), kind="session"))
+    return jobs
