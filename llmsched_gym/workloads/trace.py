@@ -51,9 +51,11 @@ arrive no later than the turn; parents may not form a cycle. Generated tokens of
 deterministic ids (``workloads.multiturn.token_ids``: a function of the request id, the
 ``seed`` of ``load_trace``, 0 by default, and the position, in ``[16, 32000)``), so the turn's
 prompt holds exactly what the parent generated and hits the parent's cached blocks of prompt
-*and answer*, as in vLLM. A parent or turn given by length only (or by ``block_hashes``) gets
-deterministic prompt ids too. ``load_trace`` returns every turn resolved: ``prompt_len`` the
-total, ``prompt_token_ids`` the whole prompt, ``output_token_ids`` set on parents.
+*and answer*, as in vLLM. A parent given by length only gets deterministic prompt ids too, and
+one given by ``block_hashes`` ids made from its hashes (it then shares blocks with the other
+conversation requests, no longer with requests still described by hashes). ``load_trace``
+returns every turn resolved: ``prompt_len`` the total, ``prompt_token_ids`` the whole prompt,
+``output_token_ids`` set on parents; requests outside conversations are unchanged.
 
 ``load_trace`` also reads the shipped real traces by name (see ``list_traces``) and the raw
 formats they come in (Azure 2023 CSV, Vidur's processed CSVs, Mooncake JSONL) by path.
