@@ -61,6 +61,7 @@ from llmsched_gym.core.fastforward import (
     free_after_steps,
     head_fits,
     place_blocks,
+    steps_before_hit_grows,
     steps_within_blocks,
     stretch_end,
 )
@@ -271,11 +272,14 @@ class AsyncLoop:
         if pricer.phase_items and any(r.in_prefill_phase for r in running):
             return False
         waiting = eng.waiting
-        if waiting and n < eng.config.max_num_seqs and head_fits(kv, waiting.peek()):
+        may_admit = waiting and n < eng.config.max_num_seqs
+        if may_admit and head_fits(kv, waiting.peek()):
             return False  # as the synchronous stretch (``core/fastforward.py``)
         bs = kv.block_size
         rooms = block_rooms(running, bs)
         k = steps_within_blocks(running, bs, kv.pool.num_free, k, rooms)
+        if may_admit and kv.output_keys:
+            k = steps_before_hit_grows(kv, waiting.peek(), running, k, 0)
         if k < 2:
             return False
         t_arr = stretch_end(eng._pending, eng._next_arrival, eng._cancels)  # aborts apply there
