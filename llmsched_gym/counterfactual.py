@@ -66,7 +66,11 @@ def _shared(obj: Any) -> dict[int, Any]:
                         memo[id(spec)] = spec
                         # Released requests get new specs (absolute arrival times) that keep
                         # these tuples: share them, as deepcopy would walk every token.
-                        for ids in (spec.prompt_token_ids, spec.block_hashes):
+                        for ids in (
+                            spec.prompt_token_ids,
+                            spec.block_hashes,
+                            spec.output_token_ids,
+                        ):
                             memo[id(ids)] = ids
     for engine in _engines(obj):
         for value in (engine.config, engine.cost_model):

@@ -47,12 +47,10 @@ FLOORS = {
 KNOWN_DEBT: set[tuple[str, str]] = set()
 
 
-KNOWN_CIRCLES = (
-    {"scenarios.kinds", "scenarios.spec"},
-    {"leaderboard.policy", "leaderboard.run", "leaderboard.submission"},
-)
-"""Modules that import each other today (through imports inside functions); a circle must lie
-within one of these. The papers' packages and the cluster are in none."""
+KNOWN_CIRCLES: tuple[set[str], ...] = ()
+"""Modules that import each other (through imports inside functions), each to be broken; a
+circle must lie within one of these. None today: issue 25 broke the last two (the workload-kind
+registry left ``scenarios.spec``; a submission folder is resolved in ``leaderboard.policy``)."""
 
 
 def _module(path: Path) -> str:

@@ -113,9 +113,13 @@ def decode_spec(spec: RequestSpec, arrival_time: float, token_id: int) -> Reques
     """The continuation a decode instance runs after the KV transfer.
 
     Its prompt is the original prompt plus the first generated token (``token_id``, unique per
-    request so no other request shares the block holding it); it generates the rest.
+    request so no other request shares the block holding it; the first of ``output_token_ids``
+    when the request's generated ids are fixed); it generates the rest.
     """
     p = spec.prompt_len
+    out = spec.output_token_ids
+    if out is not None:
+        token_id, out = out[0], out[1:]
     ids = None if spec.prompt_token_ids is None else (*spec.prompt_token_ids, token_id)
     hashes = spec.block_hashes
     if ids is None and hashes:
@@ -133,4 +137,5 @@ def decode_spec(spec: RequestSpec, arrival_time: float, token_id: int) -> Reques
         block_hashes=hashes or None,
         output_len=spec.output_len - 1,
         max_tokens=spec.max_tokens - 1,
+        output_token_ids=out,
     )

@@ -18,7 +18,8 @@ import numpy as np
 from llmsched_gym.cluster.routers import router_name
 from llmsched_gym.core.job import Job
 from llmsched_gym.metrics.columns import RequestColumn as RC
-from llmsched_gym.simulation import RequestsFrameMixin, request_columns
+from llmsched_gym.metrics.results import RequestsFrameMixin
+from llmsched_gym.metrics.table import request_columns
 
 __all__ = ["ClusterResult", "cluster_result", "instance_table", "gpu_table", "stage_shares"]
 

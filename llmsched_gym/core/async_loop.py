@@ -78,6 +78,7 @@ from llmsched_gym.core.fastforward import (
     free_after_steps,
     head_fits,
     place_blocks,
+    steps_before_hit_grows,
     steps_within_blocks,
     stretch_end,
 )
@@ -250,6 +251,7 @@ class AsyncLoop:
         slack_last=cython.long,
         c=cython.long,
         finish=cython.bint,
+        may_admit=cython.bint,
         needs_longest=cython.bint,
         pricer="StepPricer",
     )
@@ -271,7 +273,8 @@ class AsyncLoop:
             return False
         kv = eng._kv
         waiting = eng.waiting
-        if waiting and n < eng.config.max_num_seqs and head_fits(kv, waiting.peek()):
+        may_admit = bool(waiting) and n < eng.config.max_num_seqs
+        if may_admit and head_fits(kv, waiting.peek()):
             return False  # as the synchronous stretch (``core/fastforward.py``)
         scheduled = b.scheduled
         k = 1 << 62
@@ -319,9 +322,10 @@ class AsyncLoop:
         if not finish and k < 2:
             return False
         bs = kv.block_size
-        # Blocks for k (+ 1) scheduled batches (counting the finishers' in the last: an upper
-        # bound, so it is safe).
+        # Blocks for k (+ 1) batches (the finishers' in the last counted: a safe upper bound).
         kb = steps_within_blocks(running, bs, kv.pool.num_free, k + 1 if finish else k)
+        if may_admit and kv.output_keys:  # (generated ids fixed: the head's hit may grow)
+            kb = steps_before_hit_grows(kv, waiting.peek(), running, kb, 0)
         if finish and kb <= k:
             finish = False
         if kb < k:

@@ -344,6 +344,8 @@ class Engine:
                 self.waiting_tokens += req.num_tokens
                 if spec.cancel_time is not None:
                     heapq.heappush(self._cancels, (spec.cancel_time, req.seq, req))
+                if spec.output_token_ids is not None:  # (KVCacheManager.output_keys)
+                    self._kv.output_keys = True
                 i += 1
             self._next_arrival = i
         if self._cancels and self._cancels[0][0] <= now:

@@ -20,6 +20,7 @@ cpdef long count_allocations(list offsets, long bs, long k) except? -1
 cpdef long max_steps_within_blocks(list offsets, long bs, long free, long k_max) except? -1
 cpdef long steps_within_blocks(list running, long bs, long free, long k, list rooms=*) except? -1
 cpdef bint head_fits(KVCacheManager kv, Request head) except -1
+cpdef long steps_before_hit_grows(KVCacheManager kv, Request head, list running, long k, long lag) except? -1
 cpdef stretch_end(list pending, long next_arrival, list cancels)
 cpdef list free_after_steps(list events, long n, long k, long free)
 cpdef place_blocks(BlockPool pool, list running, list events, long n)

@@ -16,6 +16,8 @@ one). The async loop applies its own (``AsyncLoop._advance_stretch``: placeholde
 with the shared helpers:
 
 * ``head_fits``: the waiting head's admission test, without changing anything;
+* ``steps_before_hit_grows``: with generated ids fixed (multi-turn workloads), how many steps
+  may pass before a running request registers a block that extends the head's prefix hit;
 * ``steps_within_blocks``: how many steps the free blocks last (``max_steps_within_blocks`` on
   the requests' free slots, ``block_rooms``);
 * ``stretch_end``: the next arrival or cancel, which ends a stretch;
@@ -153,12 +155,49 @@ def head_fits(kv: KVCacheManager, head: Request) -> bool:
 
     Admission needs ``blocks_to_admit <= free``; during a stretch free blocks only shrink and
     the head's need only grows (prefix hits can only be evicted), so a head that does not fit
-    now stays blocked until the stretch ends.
+    now stays blocked until the stretch ends. One exception: when generated ids are fixed
+    (``kv.output_keys``), a decoding request may fill a block the head's prompt holds and the
+    head's hit grows; ``steps_before_hit_grows`` bounds the stretch then.
     """
     if kv.surely_blocked(head):
         return False
     hits, _ = kv.get_computed_blocks(head)
     return kv.blocks_to_admit(head, hits) <= kv.pool.num_free
+
+
+@cython.locals(
+    bs=cython.long, h=cython.long, j=cython.long, lag=cython.long, k=cython.long, req=Request
+)
+def steps_before_hit_grows(
+    kv: KVCacheManager, head: Request, running: list[Request], k: int, lag: int
+) -> int:
+    """At most ``k``: steps of a decode stretch before the waiting head's prefix hit may grow.
+
+    The head hits its first ``h`` blocks; only a running request registering a block with the
+    head's key of block ``h`` extends that (registration chains from the start, so that block
+    holds the head's whole prefix: a multi-turn parent decoding its answer while the next turn
+    waits). Such a request, with ``c`` computed tokens, registers it in the step where
+    ``c + j + lag == (h + 1) * block_size``: ``lag`` is 1 for the synchronous engine (a step
+    registers the block its token fills) and 0 for the async loop (a batch registers only
+    tokens whose ids are known, one behind). The head's admission test of that step may
+    differ from the stretch's, so the stretch ends before it.
+    """
+    bs = kv.block_size
+    hits, _ = kv.get_computed_blocks(head)
+    h = len(hits)
+    if h >= head._num_shareable_blocks or h >= (head.num_tokens - 1) // bs:
+        return k  # the head's next block is unique to it, or the hit is at its cap
+    key = head.content_keys(h + 1, bs)[h]
+    for req in running:
+        if (
+            req._num_shareable_blocks > h
+            and req.num_cached_blocks <= h
+            and req.content_keys(h + 1, bs)[h] == key
+        ):
+            j = (h + 1) * bs - lag - req.num_computed_tokens
+            if j < k:
+                k = j
+    return k if k > 0 else 0
 
 
 def stretch_end(pending: list, next_arrival: int, cancels: list) -> float:
@@ -218,11 +257,8 @@ def try_fast_forward(eng: Engine) -> bool:
         return False
     # The waiting head first: after a finish it is usually admissible (a stepped step).
     waiting = eng.waiting
-    if (
-        waiting
-        and n < eng.config.max_num_seqs
-        and (not policy.head_of_line or head_fits(eng._kv, waiting.peek()))
-    ):
+    may_admit = waiting and n < eng.config.max_num_seqs
+    if may_admit and (not policy.head_of_line or head_fits(eng._kv, waiting.peek())):
         return False
     # Every running request decodes: none has more than one token left and, as each has at
     # least one, the tokens left sum to n. So the check needs no pass over ``running`` in
@@ -240,6 +276,8 @@ def try_fast_forward(eng: Engine) -> bool:
         return False
     bs = eng.config.block_size
     k = steps_within_blocks(running, bs, eng._kv.pool.num_free, k)
+    if may_admit and eng._kv.output_keys:
+        k = steps_before_hit_grows(eng._kv, waiting.peek(), running, k, 1)
     if k < 2:
         return False
     m0 = sum(map(_num_computed_tokens, running))

@@ -27,7 +27,9 @@ class RequestSpec:
     """One request as the trace contract describes it.
 
     Exactly one of ``prompt_token_ids`` and (``prompt_len`` without token ids) describes the prompt;
-    ``prompt_len`` is always set (``len(prompt_token_ids)`` when ids are given).
+    ``prompt_len`` is always set (``len(prompt_token_ids)`` when ids are given). A multi-turn
+    trace's turn is resolved (``workloads.multiturn.resolve_turns``) before it becomes a spec of
+    the engine: its ``prompt_token_ids`` then hold the whole history.
     """
 
     request_id: str
@@ -67,6 +69,17 @@ class RequestSpec:
     ``arrival_time`` (>= it); None: never. The engine aborts it, as vLLM's engine core does
     (``Scheduler.finish_requests(..., FINISHED_ABORTED)``), before the first step starting at
     or after this time, unless it finished by then."""
+    parent_request_id: str | None = None
+    """The earlier turn this request continues (multi-turn traces): its prompt is the parent's
+    prompt, then the parent's generated tokens, then this turn's tokens. A record of where the
+    prompt came from; the engine reads only token ids."""
+    output_token_ids: tuple[int, ...] | None = None
+    """Ids of the tokens this request generates, when the workload fixes them (a parent of a
+    multi-turn trace: a later turn's prompt holds them; at least ``min(output_len, max_tokens)``
+    ids). Only with ``prompt_token_ids``. The prefix cache then keys the request's blocks full of
+    prompt and generated tokens by content, as vLLM hashes every full block of a sequence, so a
+    later request whose prompt holds the answer hits them; without them generated tokens are
+    unique to their request."""
 
 
 class Request:
@@ -176,11 +189,13 @@ class Request:
     def content_keys(self, n: int, block_size: int) -> list:
         """Prefix-cache keys of the first ``n`` blocks (n <= ``num_shareable_blocks``), kept.
 
-        Only blocks lying wholly inside a prompt with known content (token ids or Mooncake
-        hashes) have a content key, chained over the prefix as vLLM's block hash is. A block
-        holding generated tokens, or prompt tokens of a length-only trace, is unique to this
-        request (generated tokens are unique per request in the simulator, so this matches
-        vLLM's chain hash exactly); such blocks are cached by stamp, not by key.
+        Only blocks of known content have a content key, chained over the prefix as vLLM's
+        block hash is: blocks wholly inside a prompt given by token ids or Mooncake hashes, and,
+        for a request whose generated ids are fixed (``RequestSpec.output_token_ids``), every
+        block of prompt and generated tokens. Any other block holding generated tokens, or
+        prompt tokens of a length-only trace, is unique to this request (such generated tokens
+        are unique per request in the simulator, so this matches vLLM's chain hash exactly);
+        those blocks are cached by stamp, not by key.
         """
         keys = self._keys
         if len(keys) < n:
@@ -199,6 +214,9 @@ class Request:
 
 def _num_shareable_blocks(spec: RequestSpec, block_size: int) -> int:
     if spec.prompt_token_ids is not None:
+        out = spec.output_token_ids
+        if out is not None:  # generated ids fixed: every full block of the sequence has a key
+            return (spec.prompt_len + min(len(out), spec.output_len)) // block_size
         return spec.prompt_len // block_size
     if spec.block_hashes:
         return min(spec.prompt_len, len(spec.block_hashes) * spec.hash_block_size) // block_size
@@ -207,9 +225,18 @@ def _num_shareable_blocks(spec: RequestSpec, block_size: int) -> int:
 
 def _content_key(spec: RequestSpec, j: int, block_size: int, parent):
     end = (j + 1) * block_size
-    if spec.prompt_token_ids is not None:
+    ids = spec.prompt_token_ids
+    if ids is not None:
+        p = spec.prompt_len
         # Deterministic across processes: hashes of ints and tuples of ints are not salted.
-        return hash((parent, spec.prompt_token_ids[end - block_size : end]))
+        if end <= p:
+            return hash((parent, ids[end - block_size : end]))
+        # A block reaching into the generated tokens (``output_token_ids`` given): the same
+        # tuple of ids as a later prompt holding them, so the same key.
+        start = end - block_size
+        out = spec.output_token_ids
+        block = out[start - p : end - p] if start >= p else ids[start:] + out[: end - p]
+        return hash((parent, block))
     # Mooncake hash ids identify the whole prefix up to their block; the id covering the block's
     # last token plus the block's end position names its content.
     return ("h", spec.block_hashes[(end - 1) // spec.hash_block_size], end)

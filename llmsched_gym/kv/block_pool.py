@@ -30,10 +30,11 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.ref_cnt: list[int] = [0] * n
         self.block_hash: list[Hashable | None] = [None] * n
-        # Blocks whose content is unique to one request (generated tokens, or prompts given by
-        # length only) can only ever be hit by that request after a preemption. They carry a
-        # stamp instead of a map entry; the request keeps the stamps it issued per block index
-        # (``KVCacheManager.free``), which reproduces the map's first-inserted-wins semantics.
+        # Blocks whose content is unique to one request (generated tokens whose ids are not
+        # fixed, or prompts given by length only) can only ever be hit by that request after a
+        # preemption. They carry a stamp instead of a map entry; the request keeps the stamps it
+        # issued per block index (``KVCacheManager.free``), which reproduces the map's
+        # first-inserted-wins semantics.
         self.tag: list[int] = [0] * n
         self._stamp = 0
         # Linked list over ids 0..n-1 with sentinels HEAD = n and TAIL = n + 1.

@@ -5,7 +5,7 @@ cpdef long cdiv(long a, long b) except? -1
 
 cdef class KVCacheManager:
     cdef public long block_size, queries, hits, preempted_queries, preempted_hits
-    cdef public bint enable_caching
+    cdef public bint enable_caching, output_keys
     cdef public BlockPool pool
     cpdef tuple get_computed_blocks(self, Request req)
     cpdef record_lookup(self, Request req, long num_hit_tokens)

@@ -28,6 +28,10 @@ class KVCacheManager:
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_gpu_blocks, enable_caching)
+        self.output_keys = False
+        """Whether some request's generated ids are fixed (``RequestSpec.output_token_ids``, set
+        by the engine at arrival): then a running request's decode can register a block that
+        another request's prompt holds, and a waiting request's prefix hit can grow."""
         # Prefix-cache statistics (vLLM's PrefixCacheStats), split by first admission and resume.
         self.queries = 0
         self.hits = 0
@@ -102,7 +106,7 @@ class KVCacheManager:
         """Whether the full-sequence admission gate must fail for waiting ``req`` right now.
 
         A cheap bound without a prefix lookup: only hit blocks still referenced by running
-        requests reduce the need, and those can only be shared prompt blocks (a waiting
+        requests reduce the need, and those can only be blocks with a content key (a waiting
         request's unique blocks are unreferenced), so need >= blocks(seq) - shareable blocks.
         """
         need_lb = cdiv(req.num_tokens, self.block_size) - req._num_shareable_blocks

@@ -28,7 +28,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ import numpy as np
 
 from llmsched_gym.errors import ConfigError
 
-__all__ = ["PolicyRef", "RandomAgent", "resolve_policy"]
+__all__ = ["PolicyRef", "RandomAgent", "Submission", "load_submission", "resolve_policy"]
 
 
 class RandomAgent:
@@ -211,8 +211,6 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
         raise ConfigError(f"policy must be a name, module:factory or folder, got {spec!r}")
     path = Path(spec)
     if path.is_dir():
-        from llmsched_gym.leaderboard.submission import load_submission
-
         sub = load_submission(path)
         if sub.task.lower() != task.name.lower():
             raise ConfigError(
@@ -238,4 +236,96 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
         f"unknown policy {spec!r} for task {task.name}: not a registered {what} (see "
         f"'llmsched-gym list {what}s'), 'random', a module:factory entry point, or a "
         "submission folder"
+    )
+
+
+SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "oracle", "paper", "training")
+_REQUIRED = ("suite", "task", "policy")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated submission folder."""
+
+    folder: Path
+    suite: str
+    task: str
+    method: str
+    policy: str
+    oracle: bool = False
+    paper: str | None = None
+    training: str | None = None
+
+    @property
+    def results_path(self) -> Path:
+        """The committed ``results.csv``."""
+        return self.folder / "results.csv"
+
+    def policy_ref(self, task: Any) -> PolicyRef:
+        """The policy this submission evaluates (a file entry point relative to the folder)."""
+        import dataclasses
+
+        target = self.policy.rpartition(":")[0]
+        if target.endswith(".py"):
+            factory = _load_entry(self.policy, base=self.folder)
+            return PolicyRef(str(self.folder), self.method, "entry", factory, self.folder)
+        inner = resolve_policy(self.policy, task)
+        return dataclasses.replace(inner, name=self.method, folder=self.folder)
+
+
+def load_submission(folder: str | Path) -> Submission:
+    """Read and validate ``folder/submission.yaml``; errors name the file and the field."""
+    from llmsched_gym import _yaml
+    from llmsched_gym.leaderboard.suite import load_suite
+
+    folder = Path(folder)
+    path = folder / "submission.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{folder}: not a submission folder (no submission.yaml)")
+    try:
+        data = _yaml.safe_load(path.read_text())
+    except Exception as exc:  # noqa: BLE001 - YAML errors of every kind name the file
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of {list(SUBMISSION_FIELDS)}")
+    unknown = sorted(set(data) - set(SUBMISSION_FIELDS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {unknown}; allowed: {list(SUBMISSION_FIELDS)}")
+    for key in _REQUIRED:
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise ConfigError(f"{path}: field {key!r} is required (a non-empty string)")
+    try:
+        suite = load_suite(data["suite"])
+    except ConfigError:
+        from llmsched_gym.leaderboard.suite import SUITE_VERSION
+
+        raise ConfigError(
+            f"{path}: field 'suite': unknown suite version {data['suite']!r}; this package "
+            f"evaluates {SUITE_VERSION}"
+        ) from None
+    try:
+        task = suite.task(data["task"]).name
+    except ConfigError:
+        raise ConfigError(
+            f"{path}: field 'task': unknown task {data['task']!r}; tasks of {suite.version}: "
+            f"{list(suite.tasks)}"
+        ) from None
+    oracle = data.get("oracle", False)
+    if not isinstance(oracle, bool):
+        raise ConfigError(f"{path}: field 'oracle' must be true or false, got {oracle!r}")
+    method = data.get("method", folder.name)
+    if not isinstance(method, str) or not method.strip():
+        raise ConfigError(f"{path}: field 'method' must be a non-empty string, got {method!r}")
+    for key in ("paper", "training"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ConfigError(f"{path}: field {key!r} must be a string or null")
+    return Submission(
+        folder=folder,
+        suite=suite.version,
+        task=task,
+        method=method.strip(),
+        policy=data["policy"].strip(),
+        oracle=oracle,
+        paper=data.get("paper"),
+        training=data.get("training"),
     )

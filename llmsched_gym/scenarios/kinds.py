@@ -13,7 +13,13 @@ from typing import Any
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.scenarios.spec import REQUIRED, WORKLOAD_KINDS, Param, WorkloadKind, positive
+from llmsched_gym.scenarios.workload_kinds import (
+    REQUIRED,
+    WORKLOAD_KINDS,
+    Param,
+    WorkloadKind,
+    positive,
+)
 
 _INT = (int,)
 _NUM = (float, int)
@@ -90,6 +96,19 @@ def _check_trace(p: Mapping[str, Any]) -> str | None:
             "num_requests alone"
         )
     return None
+
+
+def _build_multiturn(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Job]:
+    from llmsched_gym.workloads.multiturn import mooncake_sessions
+    from llmsched_gym.workloads.trace import load_trace
+
+    return mooncake_sessions(
+        load_trace(p["trace"], limit=p["limit"]),
+        seed=seed,
+        rate_per_s=p["rate_per_s"],
+        think_time_scale=p["think_time_scale"],
+        reuse_answers=p["reuse_answers"],
+    )
 
 
 def _build_relquery(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Job]:
@@ -171,6 +190,23 @@ WORKLOAD_KINDS.update(
             },
             _build_trace,
             _check_trace,
+        ),
+        "multiturn": WorkloadKind(
+            "conversations of the Mooncake conversation trace (turns found from its prefix "
+            "hashes); each turn's prompt holds the earlier turns and answers, and is sent a "
+            "think time after the previous answer (jobs)",
+            {
+                "trace": _one_of(("mooncake-conversation",), "mooncake-conversation", "source"),
+                "limit": positive(_INT, 2000, "read the first N requests (ids cost memory)"),
+                "rate_per_s": positive(_NUM, None, "conversations per second (rescaled starts)"),
+                "think_time_scale": Param(
+                    _NUM, 1.0, lambda v: v >= 0, ">= 0", "times the trace's gaps between turns"
+                ),
+                "reuse_answers": Param(
+                    _BOOL, True, doc="turns hold their parents' generated ids (false: a copy)"
+                ),
+            },
+            _build_multiturn,
         ),
         "relquery": WorkloadKind(
             "RelServe relQueries: one LLM call per table row, all rows together (jobs)",

@@ -6,7 +6,8 @@
 
 Generators and transforms: arrival processes and rate rescaling (``arrivals``), ServeGen client
 pools (``servegen``), ProServe priority classes and SLOs (``priority``), InferMax offline grids
-(``grids``), and trace statistics (``stats``).
+(``grids``), multi-turn conversations and deterministic token ids (``multiturn``), and trace
+statistics (``stats``).
 """
 
 from llmsched_gym.workloads.arrivals import (

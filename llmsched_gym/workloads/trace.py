@@ -31,6 +31,8 @@ cancel_time         float     optional, finite, >= arrival_time: when the client
                               start at or after it unless it finished by then
 job_id, stage,      str       optional
 client_id
+parent_request_id   str       optional: the earlier request (turn) of the same trace this
+                              one continues; see "Multi-turn conversations" below
 ==================  ========  ==========================================================
 
 Every count and length (``prompt_len``, ``output_len``, ``max_tokens``, ``hash_block_size``) and
@@ -38,6 +40,22 @@ Every count and length (``prompt_len``, ``output_len``, ``max_tokens``, ``hash_b
 A JSON ``null`` in an optional field means "use the default". An object that repeats a key is an
 error (``json`` alone would keep the last value). Blank lines at the end of the file
 are ignored; a blank line followed by another request is an error.
+
+Multi-turn conversations: a request with ``parent_request_id`` is the next turn of a chat. Its
+prompt, as vLLM receives it, is the parent's prompt, then the parent's ``output_len`` generated
+tokens, then the new turn's tokens. The line gives the new turn either as ``prompt_token_ids``,
+**only the new turn's ids** (may be empty), or as ``prompt_len``, the **total** prompt length
+(history plus new turn, at least the parent's ``prompt_len + output_len``; the new tokens then
+get deterministic ids), not both, and no ``block_hashes``. The parent must be in the file and
+arrive no later than the turn; parents may not form a cycle. Generated tokens of a parent get
+deterministic ids (``workloads.multiturn.token_ids``: a function of the request id, the
+``seed`` of ``load_trace``, 0 by default, and the position, in ``[16, 32000)``), so the turn's
+prompt holds exactly what the parent generated and hits the parent's cached blocks of prompt
+*and answer*, as in vLLM. A parent given by length only gets deterministic prompt ids too, and
+one given by ``block_hashes`` ids made from its hashes (it then shares blocks with the other
+conversation requests, no longer with requests still described by hashes). ``load_trace``
+returns every turn resolved: ``prompt_len`` the total, ``prompt_token_ids`` the whole prompt,
+``output_token_ids`` set on parents; requests outside conversations are unchanged.
 
 ``load_trace`` also reads the shipped real traces by name (see ``list_traces``) and the raw
 formats they come in (Azure 2023 CSV, Vidur's processed CSVs, Mooncake JSONL) by path.
@@ -64,6 +82,7 @@ from llmsched_gym.errors import TraceError
 from llmsched_gym.metrics._atomic import atomic_output
 from llmsched_gym.workloads import catalog
 from llmsched_gym.workloads._validate import MAX_INT, FieldChecker, is_int, show
+from llmsched_gym.workloads.multiturn import resolve_turns
 
 __all__ = [
     "CONTRACT_FIELDS",
@@ -92,6 +111,7 @@ CONTRACT_FIELDS: tuple[str, ...] = (
     "job_id",
     "stage",
     "client_id",
+    "parent_request_id",
 )
 """Every field of the trace contract, in the order ``save_trace`` writes them."""
 
@@ -110,7 +130,10 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
         where: Location prefix for error messages, e.g. ``"trace.jsonl:17"``.
 
     Returns:
-        The immutable request.
+        The immutable request. A turn (``parent_request_id`` set) is returned as its line gives
+        it, not resolved: ``prompt_token_ids`` holds only the new turn's ids (``prompt_len`` is
+        their number, possibly 0), or ``prompt_len`` is the total; ``load_trace`` resolves it
+        with its parent (``workloads.multiturn.resolve_turns``).
 
     Raises:
         TraceError: For an unknown field, a missing required field, or a value of the wrong type
@@ -135,11 +158,26 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
         raise rec.fail("request_id", "a non-empty string", request_id)
     arrival_time = rec.finite_float("arrival_time", rec.required("arrival_time"), minimum=0.0)
     output_len = rec.int_at_least("output_len", 1, rec.required("output_len"))
+    parent_request_id = record.get("parent_request_id")
+    if parent_request_id is not None and (
+        not isinstance(parent_request_id, str) or not parent_request_id
+    ):
+        raise rec.fail("parent_request_id", "a non-empty string (a request_id)", parent_request_id)
 
     token_ids_value = record.get("prompt_token_ids")
     prompt_len_value = record.get("prompt_len")
     prompt_token_ids: tuple[int, ...] | None = None
-    if token_ids_value is not None:
+    if parent_request_id is not None and token_ids_value is not None:
+        # A turn: the ids are the new turn's only (history comes from the parent).
+        if prompt_len_value is not None:
+            raise TraceError(
+                f"{where}: a turn (parent_request_id {parent_request_id!r}) gives its new tokens "
+                "as 'prompt_token_ids' or its total prompt length (history included) as "
+                "'prompt_len', not both; drop one of them"
+            )
+        prompt_token_ids = rec.int_list("prompt_token_ids", token_ids_value, minimum=0)
+        prompt_len = len(prompt_token_ids)
+    elif token_ids_value is not None:
         prompt_token_ids = rec.int_list("prompt_token_ids", token_ids_value, minimum=0)
         if not prompt_token_ids:
             raise rec.fail("prompt_token_ids", "a non-empty list of ints >= 0", token_ids_value)
@@ -232,22 +270,33 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
         job_id=rec.optional_str("job_id"),
         stage=rec.optional_str("stage"),
         client_id=rec.optional_str("client_id"),
+        parent_request_id=parent_request_id,
     )
 
 
-def request_to_dict(spec: RequestSpec) -> dict[str, Any]:
+def request_to_dict(spec: RequestSpec, history_len: int | None = None) -> dict[str, Any]:
     """Returns the trace-contract record of ``spec``, omitting fields at their defaults.
 
     The prompt is written as ``prompt_token_ids`` when the spec has them, else as ``prompt_len``
     (with ``block_hashes`` and ``hash_block_size`` when it has hashes), so that
-    ``request_from_dict(request_to_dict(spec)) == spec``.
+    ``request_from_dict(request_to_dict(spec)) == spec``. ``output_token_ids`` are not part of
+    the contract (``load_trace`` derives them) and are not written.
+
+    Args:
+        spec: The request.
+        history_len: For a resolved turn (``parent_request_id`` set, the whole history in its
+            prompt): how many of its prompt tokens are history (its parent's prompt plus
+            output); the record then lists only the new turn's ids, as the contract wants.
+            ``save_trace`` passes it. None writes the prompt as the spec holds it (a turn as
+            ``request_from_dict`` returns it, not resolved).
     """
     record: dict[str, Any] = {
         "request_id": spec.request_id,
         "arrival_time": float(spec.arrival_time),
     }
     if spec.prompt_token_ids is not None:
-        record["prompt_token_ids"] = [int(token) for token in spec.prompt_token_ids]
+        ids = spec.prompt_token_ids if history_len is None else spec.prompt_token_ids[history_len:]
+        record["prompt_token_ids"] = [int(token) for token in ids]
     else:
         record["prompt_len"] = int(spec.prompt_len)
     if spec.block_hashes is not None:
@@ -265,17 +314,22 @@ def request_to_dict(spec: RequestSpec) -> dict[str, Any]:
         value = getattr(spec, field)
         if value is not None:
             record[field] = float(value)
-    for field in ("job_id", "stage", "client_id"):
+    for field in ("job_id", "stage", "client_id", "parent_request_id"):
         value = getattr(spec, field)
         if value is not None:
             record[field] = value
     return record
 
 
-def _read_contract(source: Any, label: str, limit: int | None) -> list[RequestSpec]:
-    """Reads a contract JSONL file (``source`` has ``.name`` and ``.open('rb')``)."""
+def _read_contract(
+    source: Any, label: str, limit: int | None, lines: dict[str, int] | None = None
+) -> list[RequestSpec]:
+    """Reads a contract JSONL file (``source`` has ``.name`` and ``.open('rb')``).
+
+    ``lines`` receives each request's line number, for the errors of ``resolve_turns``.
+    """
     specs: list[RequestSpec] = []
-    first_line: dict[str, int] = {}
+    first_line: dict[str, int] = {} if lines is None else lines
     with catalog.open_text(source, label) as text:
         for lineno, where, record in catalog.json_lines(text, label):
             spec = request_from_dict(record, where)
@@ -322,6 +376,7 @@ def load_trace(
     trace_format: str | None = None,
     limit: int | None = None,
     arrival_times_s: Sequence[float] | None = None,
+    seed: int = 0,
 ) -> list[RequestSpec]:
     """Loads a trace file or a shipped trace by name, validated and sorted by arrival time.
 
@@ -337,14 +392,18 @@ def load_trace(
             run on a prefix of a long trace.
         arrival_times_s: Replaces the arrival times, one per request in file order (after
             ``limit``), e.g. Poisson arrivals for the token-count traces that have none.
+        seed: Seed of the ids synthesised for multi-turn traces (generated tokens of parents,
+            prompts given by length); see "Multi-turn conversations" in the module docstring.
 
     Returns:
-        The requests sorted stably by ``arrival_time`` (ties keep file order).
+        The requests sorted stably by ``arrival_time`` (ties keep file order), turns resolved.
 
     Raises:
         TraceError: For a malformed file; the message names the file, the 1-based line number,
             the field and the value, e.g. ``trace.jsonl:17: field 'output_len' must be an int
-            >= 1, got -3``. Also for an unknown name or format, or a bad ``limit``.
+            >= 1, got -3``. Also for an unknown name or format, or a bad ``limit``, and for a
+            bad turn (an unknown parent, one arriving later, a cycle, a prompt shorter than
+            its history), naming the line and the request.
     """
     if limit is not None and (not is_int(limit) or limit < 1):
         raise TraceError(
@@ -376,12 +435,22 @@ def load_trace(
                 f"shipped traces: {', '.join(catalog.SHIPPED_TRACES)}"
             )
         label = name
+        lines: dict[str, int] = {}
         with gc_paused():
-            specs = _read_file(
-                trace_format or "contract", path, name, f"{path.name.split('.')[0]}-", limit
-            )
+            if (trace_format or "contract") == "contract":
+                specs = _read_contract(path, name, limit, lines)
+            else:
+                specs = _read_file(trace_format, path, name, f"{path.name.split('.')[0]}-", limit)
     if arrival_times_s is not None:
         specs = _with_arrivals(specs, arrival_times_s, label)
+    if info is None and any(s.parent_request_id is not None for s in specs):
+        where = {rid: f"{label}:{lineno}" for rid, lineno in lines.items()}
+        try:
+            specs = resolve_turns(specs, seed=seed, where=where)
+        except TraceError as err:
+            if limit is None or "not a request of the trace" not in str(err):
+                raise
+            raise TraceError(f"{err} (only the first limit={limit} requests were read)") from None
     specs.sort(key=_ARRIVAL)  # stable: ties keep file order
     return specs
 
@@ -410,6 +479,17 @@ def _load_shipped(name: str, limit: int | None) -> tuple[RequestSpec, ...]:
         return tuple(catalog.read_raw(info.trace_format, source, str(source), f"{name}-", limit))
 
 
+def _holds_history(turn: RequestSpec, parent: RequestSpec) -> bool:
+    """Whether a turn is resolved: its prompt starts with its parent's prompt (and is longer)."""
+    ids, history = turn.prompt_token_ids, parent.prompt_token_ids
+    return (
+        ids is not None
+        and history is not None
+        and len(ids) >= parent.prompt_len + parent.output_len
+        and ids[: parent.prompt_len] == history
+    )
+
+
 def save_trace(specs: Iterable[RequestSpec], path: str | os.PathLike[str]) -> Path:
     """Writes requests as a trace-contract JSONL file, atomically.
 
@@ -418,6 +498,12 @@ def save_trace(specs: Iterable[RequestSpec], path: str | os.PathLike[str]) -> Pa
     directory and moved into place with ``os.replace``: a reader never sees a half-written trace,
     and on error no file is left behind. A path ending in ``.gz`` is gzip-compressed
     (deterministically: no timestamp in the header).
+
+    Turns are written as the contract wants them: a resolved turn (``load_trace``'s, its whole
+    history in its prompt) whose parent is among ``specs`` lists only its new tokens; one whose
+    parent is not is written as a request of its own (its whole prompt, no
+    ``parent_request_id``). Generated ids (``output_token_ids``) are not written: ``load_trace``
+    derives them again (with the same ``seed``).
 
     Args:
         specs: The requests, written in the given order.
@@ -431,6 +517,8 @@ def save_trace(specs: Iterable[RequestSpec], path: str | os.PathLike[str]) -> Pa
             names its index in ``specs``.
     """
     target = Path(path)
+    specs = list(specs)
+    by_id = {s.request_id: s for s in specs}
     lines: list[str] = []
     seen: dict[str, int] = {}
     for index, spec in enumerate(specs):
@@ -440,7 +528,14 @@ def save_trace(specs: Iterable[RequestSpec], path: str | os.PathLike[str]) -> Pa
                 f"{where}: field 'prompt_len' must equal len(prompt_token_ids) = "
                 f"{len(spec.prompt_token_ids)}, got {spec.prompt_len!r}"
             )
-        record = request_to_dict(spec)
+        history_len = None
+        if spec.parent_request_id is not None:
+            parent = by_id.get(spec.parent_request_id)
+            if parent is None:
+                spec = dataclasses.replace(spec, parent_request_id=None)  # noqa: PLW2901
+            elif _holds_history(spec, parent):
+                history_len = parent.prompt_len + parent.output_len
+        record = request_to_dict(spec, history_len)
         request_from_dict(record, where)
         if spec.request_id in seen:
             raise TraceError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmsched_gym.cluster import InstanceSpec, run_cluster
-from llmsched_gym.cluster.pd import kv_bytes_per_token
+from llmsched_gym.cluster.pd import decode_spec, kv_bytes_per_token
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.hardware import get_gpu, get_model
 from llmsched_gym.errors import ConfigError
@@ -97,3 +97,15 @@ def test_pd_needs_kv_size_for_models_without_one() -> None:
         run_cluster([r], insts(), pd={"link_gbps": 10})
     with pytest.raises(ConfigError, match="needs at least one prefill and one decode"):
         run_cluster([r], insts()[:1])
+
+
+def test_decode_continuation_keeps_fixed_generated_ids():
+    """A request whose generated ids are fixed (a multi-turn parent) hands its first generated
+    id to the decode instance, which generates the rest of the same ids."""
+    spec = RequestSpec("p", 0.0, 3, 4, 4, prompt_token_ids=(1, 2, 3), output_token_ids=(7, 8, 9, 6))
+    cont = decode_spec(spec, 2.0, token_id=-5)
+    assert cont.prompt_token_ids == (1, 2, 3, 7)
+    assert cont.output_token_ids == (8, 9, 6)
+    assert (cont.prompt_len, cont.output_len, cont.max_tokens) == (4, 3, 3)
+    plain = decode_spec(RequestSpec("q", 0.0, 3, 4, 4, prompt_token_ids=(1, 2, 3)), 2.0, -5)
+    assert plain.prompt_token_ids == (1, 2, 3, -5) and plain.output_token_ids is None

@@ -17,9 +17,12 @@ multiples of 1/8 s (1/32 s in ``many`` traces), which binary floating point repr
 or one ulp away from one (``_ulp_shifted``): the oracle and the simulator add 1.0 s per step and
 compare the clock with arrivals exactly.
 
+``generate_multiturn(seed)`` makes multi-turn traces instead (``parent_request_id``: each turn's
+prompt holds its parent's prompt and generated tokens), for the multi-turn differential test.
+
 Command line::
 
-    # writes D/trace.jsonl and D/engine_config.json
+    # writes D/trace.jsonl and D/engine_config.json (--multiturn: a multi-turn trace)
     python tests/differential/gen_traces.py --seed 7 --out-dir D
 """
 
@@ -304,17 +307,135 @@ def generate(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, engine_config
 
 
-def write(seed: int, out_dir: Path) -> tuple[Path, Path]:
+MULTITURN_BLOCK_SIZES = (1, 2, 4, 8, 16, 16, 32)
+"""Block sizes of multi-turn traces: small ones (answers span several blocks) and 16 twice."""
+
+
+def _session_gap(rng: random.Random) -> float:
+    """Seconds between a turn and the next one, in multiples of 1/8 s.
+
+    Often while the parent still runs (its answer partly cached), often after it finished,
+    sometimes at once or much later (its blocks may be evicted by then).
+    """
+    roll = rng.random()
+    if roll < 0.1:
+        return 0.0
+    if roll < 0.4:
+        return rng.randint(1, 40) / 8
+    if roll < 0.85:
+        return float(rng.randint(5, 60))
+    return float(rng.randint(60, 400))
+
+
+def generate_multiturn(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Build one random multi-turn trace (``parent_request_id``) and its engine config.
+
+    Sessions of 2-5 turns (sometimes a branch: a turn continuing an earlier turn than the
+    last, as a regenerated answer), plus a few single requests; roots share a few system
+    prompts. A turn's row lists only its new tokens (0-48 of them, sometimes none); its prompt
+    as vLLM sees it is parent prompt + parent answer + those. Prefix caching is always on;
+    block sizes ``MULTITURN_BLOCK_SIZES``; caches from tight (preemptions, evictions of
+    answers) to roomy; both policies; about a third of the traces cancel some requests
+    (parents too: a turn then hits only what its parent computed); some have
+    ``long_prefill_token_threshold`` or ``enable_chunked_prefill: false``. Arrivals are
+    multiples of 1/8 s.
+
+    Returns:
+        ``(rows, engine_config)`` as ``generate`` returns them; rows in arrival order.
+    """
+    rng = random.Random(f"multiturn-{seed}")
+    block_size = rng.choice(MULTITURN_BLOCK_SIZES)
+
+    def tokens(k: int) -> list[int]:
+        return [rng.randint(1, VOCAB_SIZE) for _ in range(k)]
+
+    systems = [tokens(rng.randint(1, 3 * block_size + 5)) for _ in range(rng.randint(1, 3))]
+    # (arrival, parent index or None, own tokens, output_len, total prompt length)
+    entries: list[list[Any]] = []
+    t = 0.0
+    for _ in range(rng.randint(3, 10)):
+        t += rng.choice((0.0, 0.125, 0.5, 1.0, 2.0, float(rng.randint(3, 20))))
+        root = len(entries)
+        prompt = rng.choice(systems) + tokens(rng.randint(1, 40))
+        entries.append([t, None, prompt, rng.randint(1, 40), len(prompt)])
+        session = [root]
+        for _ in range(rng.randint(1, 4)):
+            parent = session[-1] if rng.random() >= 0.15 else rng.choice(session)
+            own = tokens(rng.choice((0, rng.randint(1, 8), rng.randint(1, 48))))
+            p_entry = entries[parent]
+            total = p_entry[4] + p_entry[3] + len(own)
+            arrival = max(p_entry[0] + _session_gap(rng), entries[session[-1]][0])
+            session.append(len(entries))
+            entries.append([arrival, parent, own, rng.randint(1, 40), total])
+    for _ in range(rng.randint(0, 6)):  # single requests, some sharing a system prompt
+        prompt = rng.choice(systems) + tokens(rng.randint(1, 30))
+        entries.append(
+            [rng.randint(0, int(t * 8) + 8) / 8, None, prompt, rng.randint(1, 40), len(prompt)]
+        )
+    order = sorted(range(len(entries)), key=lambda i: entries[i][0])  # stable: parents first
+    ids = _request_ids(rng, len(entries))
+    cancels = (
+        _cancel_times(rng, [entries[i][0] for i in order])
+        if rng.random() < 1 / 3
+        else [None] * len(entries)
+    )
+    num_priorities = rng.choice((1, 2, 3))
+    rows = []
+    for i, cancel in zip(order, cancels, strict=True):
+        arrival, parent, own, output_len, _ = entries[i]
+        row: dict[str, Any] = {
+            "request_id": ids[i],
+            "arrival_time": arrival,
+            "prompt_token_ids": own,
+            "output_len": output_len,
+            "priority": rng.randrange(num_priorities),
+        }
+        if parent is not None:
+            row["parent_request_id"] = ids[parent]
+        if cancel is not None:
+            row["cancel_time"] = cancel
+        rows.append(row)
+
+    max_model_len = max(e[4] + e[3] for e in entries)
+    max_request_blocks = _cdiv(max_model_len, block_size)
+    slack = rng.choice(
+        (0, 2, max_request_blocks // 2, max_request_blocks, 4 * max_request_blocks,
+         16 * max_request_blocks)
+    )  # fmt: skip
+    max_num_seqs = _max_num_seqs(rng, "mixed")
+    max_num_batched_tokens = max(
+        rng.choice((rng.randint(16, 64), rng.randint(32, 256))), max_num_seqs
+    )
+    threshold = rng.randint(1, 64) if rng.random() < 0.3 else 0
+    chunked = rng.random() >= 1 / 6
+    if not chunked:
+        max_num_batched_tokens = max(max_num_batched_tokens, max_model_len)
+    engine_config: dict[str, Any] = {
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_num_seqs": max_num_seqs,
+        "block_size": block_size,
+        "num_gpu_blocks": max_request_blocks + 1 + slack,
+        "enable_prefix_caching": True,
+        "scheduling_policy": ("fcfs", "priority")[seed % 2],
+        "long_prefill_token_threshold": min(threshold, max_model_len),
+    }
+    if not chunked:
+        engine_config["enable_chunked_prefill"] = False
+    return rows, engine_config
+
+
+def write(seed: int, out_dir: Path, multiturn: bool = False) -> tuple[Path, Path]:
     """Generate seed ``seed`` into ``out_dir``.
 
     Args:
         seed: The seed.
         out_dir: Created if missing.
+        multiturn: Write ``generate_multiturn(seed)`` instead of ``generate(seed)``.
 
     Returns:
         Paths of ``trace.jsonl`` and ``engine_config.json``.
     """
-    rows, engine_config = generate(seed)
+    rows, engine_config = (generate_multiturn if multiturn else generate)(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     trace_path = out_dir / "trace.jsonl"
     config_path = out_dir / "engine_config.json"
@@ -328,8 +449,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write a random trace and engine config.")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument(
+        "--multiturn", action="store_true", help="a multi-turn trace (generate_multiturn)"
+    )
     args = parser.parse_args(argv)
-    trace_path, config_path = write(args.seed, args.out_dir)
+    trace_path, config_path = write(args.seed, args.out_dir, args.multiturn)
     print(f"{trace_path}\n{config_path}")
     return 0
 

@@ -13,10 +13,16 @@ The oracle runs once per session for all seeds (``--batch``): importing vLLM tak
 seconds, replaying a trace a fraction of a second. Tests skip when vLLM 0.32.0 is not installed;
 ``.ci/setup_vllm_venv.sh`` installs it (or point ``LLMSCHED_VLLM_PYTHON`` at a Python that has it).
 ``LLMSCHED_DIFF_NUM_SEEDS`` changes the number of seeds (default 40) of each mode.
+
+The multi-turn tests (``-k multiturn``) do the same on ``gen_traces.generate_multiturn`` traces:
+conversations whose turns continue earlier ones (``parent_request_id``), the oracle sampling the
+parents' generated ids that the turns' prompts hold, so turns hit their parents' blocks of
+generated tokens; ``LLMSCHED_DIFF_NUM_MULTITURN_SEEDS`` (default 40) seeds in each mode.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -40,6 +46,7 @@ ORACLE_SCRIPT = HERE / "vllm_oracle.py"
 VLLM_VERSION = "0.32.0"
 NUM_SEEDS = int(os.environ.get("LLMSCHED_DIFF_NUM_SEEDS", "40"))
 SEEDS = list(range(NUM_SEEDS))
+MULTITURN_SEEDS = list(range(int(os.environ.get("LLMSCHED_DIFF_NUM_MULTITURN_SEEDS", "40"))))
 MODES = ("sync", "async")
 """Scheduling modes: vLLM's synchronous ``Scheduler`` and its ``AsyncScheduler``."""
 STEP_TIME_S = 1.0
@@ -129,17 +136,15 @@ class SeedCase:
     summary: Path
 
 
-@pytest.fixture(scope="session")
-def oracle_runs(
-    vllm_python: str, tmp_path_factory: pytest.TempPathFactory
+def _run_oracle(
+    vllm_python: str, root: Path, seeds: Sequence[int], multiturn: bool = False
 ) -> dict[tuple[str, int], SeedCase]:
-    """Generate every seed's trace and run the oracle in both modes, all in one process."""
-    root = tmp_path_factory.mktemp("vllm_oracle")
+    """Generate every seed's trace into ``root`` and run the oracle in both modes, at once."""
     cases: dict[tuple[str, int], SeedCase] = {}
     manifest_lines = []
-    for seed in SEEDS:
+    for seed in seeds:
         folder = root / f"seed{seed:03d}"
-        trace, engine_config = gen_traces.write(seed, folder)
+        trace, engine_config = gen_traces.write(seed, folder, multiturn)
         for mode in MODES:
             case = SeedCase(
                 mode,
@@ -181,6 +186,23 @@ def oracle_runs(
     if proc.returncode != 0:
         pytest.fail(f"vLLM oracle failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return cases
+
+
+@pytest.fixture(scope="session")
+def oracle_runs(
+    vllm_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, int], SeedCase]:
+    """Generate every seed's trace and run the oracle in both modes, all in one process."""
+    return _run_oracle(vllm_python, tmp_path_factory.mktemp("vllm_oracle"), SEEDS)
+
+
+@pytest.fixture(scope="session")
+def multiturn_oracle_runs(
+    vllm_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, int], SeedCase]:
+    """The same for the multi-turn traces (``gen_traces.generate_multiturn``)."""
+    root = tmp_path_factory.mktemp("vllm_oracle_multiturn")
+    return _run_oracle(vllm_python, root, MULTITURN_SEEDS, multiturn=True)
 
 
 # --------------------------------------------------------------------------- log comparison
@@ -480,7 +502,10 @@ def check_log(
         req_id for req_id, r in requests.items() if not r.finished and r.cancel_time is None
     ]
     assert not unfinished, f"never finished: {unfinished}"
-    assert all(r.generated == r.output_len for r in requests.values() if not r.aborted)
+    # (a request aborted after the last line finished on no line: its cancel_time allows it)
+    assert all(
+        r.generated == r.output_len for r in requests.values() if r.finished and not r.aborted
+    )
     coverage.seeds_with_preemption += had_preemption
 
 
@@ -515,13 +540,9 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("mode", MODES)
-def test_schedule_matches_vllm(
-    mode: str, seed: int, oracle_runs: dict[tuple[str, int], SeedCase], tmp_path: Path
-) -> None:
-    """The simulator schedules every step exactly as vLLM 0.32.0 does, in both modes."""
-    case = oracle_runs[mode, seed]
+def _simulate_and_compare(case: SeedCase, tmp_path: Path) -> None:
+    """Run the simulator on a case's trace and compare its schedule log with the oracle's."""
+    mode, seed = case.mode, case.seed
     sim_log = tmp_path / "sim_log.jsonl"
     proc = subprocess.run(
         [
@@ -562,6 +583,15 @@ def test_schedule_matches_vllm(
     assert num_aborted == len(oracle_aborted), (
         f"seed {seed} ({mode}): {num_aborted} aborted, vLLM {len(oracle_aborted)}"
     )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("mode", MODES)
+def test_schedule_matches_vllm(
+    mode: str, seed: int, oracle_runs: dict[tuple[str, int], SeedCase], tmp_path: Path
+) -> None:
+    """The simulator schedules every step exactly as vLLM 0.32.0 does, in both modes."""
+    _simulate_and_compare(oracle_runs[mode, seed], tmp_path)
 
 
 def test_oracle_logs_are_consistent_and_meaningful(
@@ -691,3 +721,110 @@ def test_gen_traces_is_deterministic_and_valid() -> None:
             for t in arrivals
         )
         assert len({r["request_id"] for r in rows}) == len(rows)
+
+
+# --------------------------------------------------------------------------- multi-turn
+
+
+@pytest.mark.parametrize("seed", MULTITURN_SEEDS)
+@pytest.mark.parametrize("mode", MODES)
+def test_multiturn_schedule_matches_vllm(
+    mode: str, seed: int, multiturn_oracle_runs: dict[tuple[str, int], SeedCase], tmp_path: Path
+) -> None:
+    """Turns hit their parents' blocks of prompt and generated tokens exactly as in vLLM 0.32.0.
+
+    Per-step scheduled tokens, admissions with their prefix hits (``new`` / ``resumed``),
+    preemptions, finishes and free blocks, in both modes.
+    """
+    _simulate_and_compare(multiturn_oracle_runs[mode, seed], tmp_path)
+
+
+def _resolved_rows(case: SeedCase) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The trace with every turn's whole prompt (the simulator's loader), and specs by id."""
+    from llmsched_gym.workloads import load_trace
+
+    specs = {s.request_id: s for s in load_trace(case.trace)}
+    rows = []
+    for row in _read_rows(case.trace):
+        spec = specs[row["request_id"]]
+        rows.append({**row, "prompt_token_ids": list(spec.prompt_token_ids)})
+    return rows, specs
+
+
+def test_multiturn_oracle_feeds_the_simulators_generated_ids(
+    multiturn_oracle_runs: dict[tuple[str, int], SeedCase],
+) -> None:
+    """The oracle's parents sampled exactly the ids the simulator's loader gives them."""
+    for (mode, seed), case in multiturn_oracle_runs.items():
+        rows, specs = _resolved_rows(case)
+        payload = {
+            row["request_id"]: list(specs[row["request_id"]].output_token_ids)
+            for row in rows
+            if specs[row["request_id"]].output_token_ids is not None
+        }
+        digest = hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+        summary = json.loads(case.summary.read_text(encoding="utf-8"))
+        assert summary["parents"] == len(payload) > 0, f"seed {seed} ({mode})"
+        assert summary["generated_ids_digest"] == digest, f"seed {seed} ({mode})"
+
+
+def test_multiturn_oracle_logs_hit_answers(
+    multiturn_oracle_runs: dict[tuple[str, int], SeedCase],
+) -> None:
+    """The oracle's multi-turn logs are consistent and turns hit their parents' answers.
+
+    A turn's hit beyond its parent's full prompt blocks covers generated tokens: vLLM cached
+    them. Such hits, whole-parent hits (every full block the parent computed), preemptions and
+    resumed turns occur over the seeds, in both modes.
+    """
+    seen: Counter[str] = Counter()
+    for (mode, seed), case in multiturn_oracle_runs.items():
+        engine_config = json.loads(case.engine_config.read_text(encoding="utf-8"))
+        bs = engine_config["block_size"]
+        rows, specs = _resolved_rows(case)
+        log = read_log(case.oracle_log)
+        if mode == "sync":
+            try:
+                check_log(rows, engine_config, log, Coverage())
+            except AssertionError as exc:
+                pytest.fail(f"seed {seed}: oracle log {case.oracle_log} is inconsistent: {exc}")
+        for entry in log:
+            seen[f"{mode} preemptions"] += len(entry["preempted"])
+            for kind in ("new", "resumed"):
+                for req_id, hit in entry[kind].items():
+                    parent_id = specs[req_id].parent_request_id
+                    if parent_id is None:
+                        continue
+                    parent = specs[parent_id]
+                    seen[f"{mode} {kind} turns"] += 1
+                    seen[f"{mode} answer hits"] += hit > parent.prompt_len // bs * bs
+                    whole = (parent.prompt_len + parent.output_len - 1) // bs * bs
+                    seen[f"{mode} whole-parent hits"] += 0 < whole <= hit
+    print(f"\nmulti-turn oracle coverage: {dict(seen)}")
+    for mode in MODES:
+        for what in ("answer hits", "whole-parent hits", "preemptions", "resumed turns"):
+            assert seen[f"{mode} {what}"] > 0, f"no {what} in {mode} mode"
+
+
+def test_gen_multiturn_traces_are_deterministic_and_valid(tmp_path: Path) -> None:
+    """Same seed, same trace; parents come first; every request fits the cache on its own."""
+    from llmsched_gym.workloads import load_trace
+
+    for seed in MULTITURN_SEEDS[:10]:
+        rows, engine_config = gen_traces.generate_multiturn(seed)
+        assert (rows, engine_config) == gen_traces.generate_multiturn(seed)
+        assert engine_config["enable_prefix_caching"] is True
+        assert engine_config["block_size"] in gen_traces.MULTITURN_BLOCK_SIZES
+        ids = [r["request_id"] for r in rows]
+        assert len(set(ids)) == len(ids)
+        arrivals = [r["arrival_time"] for r in rows]
+        assert arrivals == sorted(arrivals)
+        position = {rid: i for i, rid in enumerate(ids)}
+        turns = [r for r in rows if "parent_request_id" in r]
+        assert turns and all(
+            position[r["parent_request_id"]] < position[r["request_id"]] for r in turns
+        )
+        path, _ = gen_traces.write(seed, tmp_path / f"seed{seed}", multiturn=True)
+        for spec in load_trace(path):
+            need = -(-(spec.prompt_len + spec.output_len) // engine_config["block_size"])
+            assert need <= engine_config["num_gpu_blocks"] - 1

@@ -34,6 +34,13 @@ With ``--async-scheduling`` the oracle runs vLLM's ``AsyncScheduler`` instead an
 ``EngineCore.step_with_batch_queue`` does (batch queue of depth 2: step N+1 is scheduled before
 step N's output is applied); ``_run_async`` defines the clock and what a log line means then.
 
+Multi-turn traces (``parent_request_id``, the simulator's trace contract): a turn's prompt is its
+parent's prompt, then the parent's generated tokens, then the turn's own ``prompt_token_ids``
+(only its new tokens). A request some turn continues samples, instead of ``1_000_000 + index``,
+the ids of ``generated_token_ids`` (written here again from the contract's definition, not
+imported), so the turn's prompt holds exactly what vLLM generated for the parent. The summary's
+``generated_ids_digest`` lets a test check that the simulator derived the same ids.
+
 Requests are submitted with ``SamplingParams(max_tokens=min(output_len, max_tokens),
 ignore_eos=True)``, so each generates exactly that many tokens. ``max_model_len`` is the longest
 ``prompt_len + max_tokens`` of the trace, so the ``max_model_len`` cap never binds.
@@ -42,6 +49,7 @@ ignore_eos=True)``, so each generates exactly that many tokens. ``max_model_len`
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -90,7 +98,35 @@ VLLM_VERSION = "0.32.0"
 """The vLLM release whose scheduler this oracle reproduces; any other version is refused."""
 
 GENERATED_TOKEN_BASE = 1_000_000
-"""Generated token ids are ``GENERATED_TOKEN_BASE + trace index``: unique to their request."""
+"""Generated token ids are ``GENERATED_TOKEN_BASE + trace index``: unique to their request
+(except for parents of multi-turn traces: ``generated_token_ids``)."""
+RESERVED_IDS = 16
+GENERATED_VOCAB_SIZE = 32_000
+TOKEN_SEED = 0
+"""The seed the simulator's ``load_trace`` uses for a trace file."""
+_MASK = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """SplitMix64: golden-ratio increment, then its finaliser."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def generated_token_ids(request_id: str, n: int, seed: int = TOKEN_SEED) -> list[int]:
+    """The trace contract's generated ids of a parent (``workloads.multiturn.token_ids``).
+
+    Token ``p`` (0-based among the generated ones) is ``16 + mix(base ^ p) % (32000 - 16)``,
+    ``base`` the 8-byte little-endian BLAKE2b digest of ``"output"``, the seed and the request
+    id joined by NUL characters.
+    """
+    key = f"output\0{seed}\0{request_id}".encode()
+    base = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+    span = GENERATED_VOCAB_SIZE - RESERVED_IDS
+    return [RESERVED_IDS + _mix(base ^ p) % span for p in range(n)]
+
 
 ENGINE_CONFIG_KEYS = frozenset(
     {
@@ -113,6 +149,7 @@ TRACE_OPTIONAL_KEYS = frozenset(
         "max_tokens",
         "priority",
         "cancel_time",
+        "parent_request_id",
         # Accepted (the trace contract allows them) but irrelevant to vLLM's scheduler.
         "weight",
         "slo_ttft_s",
@@ -142,6 +179,9 @@ class TraceRequest:
         max_tokens: Tokens the request generates: ``min(output_len, max_tokens)``.
         priority: Lower is served first under the priority policy.
         cancel_time_s: When the client aborts it (None: never); see ``_abort_due``.
+        parent_request_id: The turn this one continues (its prompt then starts with the
+            parent's prompt and generated ids), or None.
+        output_token_ids: What it samples, in order (``generated_token_ids`` for a parent).
     """
 
     index: int
@@ -151,6 +191,14 @@ class TraceRequest:
     max_tokens: int
     priority: int
     cancel_time_s: float | None = None
+    parent_request_id: str | None = None
+    output_token_ids: list[int] = field(default_factory=list)
+
+    def token(self, position: int) -> int:
+        """The id it samples as its ``position``-th generated token (0-based)."""
+        if self.output_token_ids:
+            return self.output_token_ids[position]
+        return GENERATED_TOKEN_BASE + self.index
 
 
 @dataclass(frozen=True)
@@ -186,6 +234,8 @@ class RunSummary:
         final_time_s: The clock after the last step.
         wall_time_s: Wall-clock seconds of the run, vLLM import excluded.
         aborted: Ids of the requests aborted (``cancel_time``), in abort order.
+        parents: Requests a turn of the trace continues (multi-turn traces).
+        generated_ids_digest: ``generated_ids_digest`` of the trace ("" without parents).
         vllm_version: ``vllm.__version__``.
     """
 
@@ -202,6 +252,8 @@ class RunSummary:
     final_time_s: float = 0.0
     wall_time_s: float = 0.0
     aborted: list[str] = field(default_factory=list)
+    parents: int = 0
+    generated_ids_digest: str = ""
     vllm_version: str = field(default_factory=lambda: str(vllm.__version__))
 
     def count(self, record: dict[str, Any]) -> None:
@@ -263,9 +315,12 @@ def load_trace(path: Path) -> list[TraceRequest]:
             if not math.isfinite(arrival) or arrival < 0:
                 raise OracleError(f"{where}: arrival_time must be finite and >= 0")
             prompt = row["prompt_token_ids"]
+            parent_id = row.get("parent_request_id")
+            if parent_id is not None and (not isinstance(parent_id, str) or not parent_id):
+                raise OracleError(f"{where}: parent_request_id must be a non-empty string")
             if (
                 not isinstance(prompt, list)
-                or not prompt
+                or not (prompt or parent_id)  # a turn may add no token of its own
                 or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
             ):
                 raise OracleError(f"{where}: prompt_token_ids must be a non-empty list of int")
@@ -297,11 +352,51 @@ def load_trace(path: Path) -> list[TraceRequest]:
                     max_tokens=max_tokens,
                     priority=priority,
                     cancel_time_s=None if cancel is None else float(cancel),
+                    parent_request_id=parent_id,
                 )
             )
     if not requests:
         raise OracleError(f"{path}: the trace has no requests")
-    return requests
+    return _resolve_turns(requests, path)
+
+
+def _resolve_turns(requests: list[TraceRequest], path: Path) -> list[TraceRequest]:
+    """Turns get their history (parent prompt + parent's generated ids); parents their ids."""
+    by_id = {r.request_id: r for r in requests}
+    parents = {r.parent_request_id for r in requests if r.parent_request_id is not None}
+    if not parents:
+        return requests
+    unknown = parents - by_id.keys()
+    if unknown:
+        raise OracleError(f"{path}: parent_request_id names unknown requests {sorted(unknown)}")
+    done: dict[str, TraceRequest] = {}
+
+    def resolve(request: TraceRequest, depth: int = 0) -> TraceRequest:
+        if request.request_id in done:
+            return done[request.request_id]
+        if depth > len(requests):
+            raise OracleError(f"{path}: parent_request_id forms a cycle at {request.request_id}")
+        prompt = request.prompt_token_ids
+        if request.parent_request_id is not None:
+            parent = resolve(by_id[request.parent_request_id], depth + 1)
+            if parent.arrival_time_s > request.arrival_time_s:
+                raise OracleError(f"{path}: {request.request_id} arrives before its parent")
+            prompt = parent.prompt_token_ids + parent.output_token_ids + prompt
+        output: list[int] = []
+        if request.request_id in parents:
+            output = generated_token_ids(request.request_id, request.max_tokens)
+        done[request.request_id] = resolved = TraceRequest(
+            **{**request.__dict__, "prompt_token_ids": prompt, "output_token_ids": output}
+        )
+        return resolved
+
+    return [resolve(r) for r in requests]
+
+
+def generated_ids_digest(trace: Sequence[TraceRequest]) -> str:
+    """SHA-256 (first 16 hex digits) of every parent's generated ids, in trace order."""
+    payload = {r.request_id: r.output_token_ids for r in trace if r.output_token_ids}
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
 
 
 def _positive_int(value: Any, where: str, name: str) -> int:
@@ -661,7 +756,12 @@ def run_oracle(
     max_model_len = max(len(r.prompt_token_ids) + r.max_tokens for r in trace)
     run = _run_async if async_scheduling else _run
     with _tiny_model_dir(max_model_len) as model_dir:
-        return run(trace, settings, schedule_log, step_time_s, max_steps, max_model_len, model_dir)
+        summary = run(
+            trace, settings, schedule_log, step_time_s, max_steps, max_model_len, model_dir
+        )
+    summary.parents = sum(1 for r in trace if r.output_token_ids)
+    summary.generated_ids_digest = generated_ids_digest(trace) if summary.parents else ""
+    return summary
 
 
 def _run(
@@ -722,7 +822,7 @@ def _run(
             for req_id in req_ids:
                 request = scheduler.requests[req_id]
                 done_catching_up = request.num_computed_tokens >= request.num_tokens
-                token = GENERATED_TOKEN_BASE + by_id[req_id].index
+                token = by_id[req_id].token(len(request.output_token_ids))
                 sampled.append([token] if done_catching_up else [])
             model_output = ModelRunnerOutput(
                 req_ids=req_ids,
@@ -899,7 +999,11 @@ def _run_async(
                 req_ids=req_ids,
                 req_id_to_index={req_id: i for i, req_id in enumerate(req_ids)},
                 sampled_token_ids=[
-                    [GENERATED_TOKEN_BASE + by_id[req_id].index] if req_id in batch.samplers else []
+                    # The token's position: what this request has received so far (outputs
+                    # are applied in batch order, stale ones included).
+                    [by_id[req_id].token(len(vllm_requests[req_id].output_token_ids))]
+                    if req_id in batch.samplers
+                    else []
                     for req_id in req_ids
                 ],
             )
@@ -949,7 +1053,7 @@ def _check_all_finished(
         if spec.request_id not in finished:
             raise OracleError(f"{spec.request_id} never finished")
         request = vllm_requests[spec.request_id]
-        expected = [GENERATED_TOKEN_BASE + spec.index] * spec.max_tokens
+        expected = [spec.token(p) for p in range(spec.max_tokens)]
         if list(request.output_token_ids) != expected:
             raise OracleError(
                 f"{spec.request_id} generated {len(request.output_token_ids)} tokens, "

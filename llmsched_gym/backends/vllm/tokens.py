@@ -20,18 +20,10 @@ import zlib
 from collections.abc import Sequence
 
 from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.workloads.multiturn import RESERVED_IDS
+from llmsched_gym.workloads.multiturn import splitmix64 as _mix
 
 _MASK = (1 << 64) - 1
-RESERVED_IDS = 16
-"""Low ids (BOS, EOS, padding in real vocabularies) are never synthesised."""
-
-
-def _mix(x: int) -> int:
-    """SplitMix64 finaliser: a well-spread 64-bit function of ``x``."""
-    x = (x + 0x9E3779B97F4A7C15) & _MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)
 
 
 def _token(key: int, vocab_size: int) -> int:
