@@ -58,12 +58,14 @@ def scenario_hash(name: str) -> str:
 ASYNC_SCENARIOS = (
     "chat-sharegpt-overload-v0",
     "chat-mooncake-synthetic-v0",
+    "chat-multiturn-v0",
     "infermax-mix-lilo-siso-v0",
     "priority-azure-conv-v0",
     "relquery-beer-v0",
 )
 """Single-engine ``vllm-v1`` scenarios run again with ``async_scheduling: true`` (overload and
-preemption, heavy prefix sharing, an offline mix, the priority queue, prefix-cached queries)."""
+preemption, heavy prefix sharing, generated tokens reused by later turns, an offline mix, the
+priority queue, prefix-cached queries)."""
 ASYNC_BENCH = ("splitwise-conv", "decode-online", "decode-offline", "memory-bound")
 """``llmsched_gym.bench``'s workloads (``bench_async`` times the first ones), run async."""
 ASYNC_RUNS = (*(f"bench:{w}" for w in ASYNC_BENCH), *(f"scenario:{s}" for s in ASYNC_SCENARIOS))
