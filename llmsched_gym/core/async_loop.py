@@ -44,9 +44,27 @@ scheduling, ``finished`` lists the requests whose last token that batch's output
 ``step`` counts logged batches; so does ``Engine.num_steps``.
 
 Only the ``vllm-v1`` scheduler runs asynchronously (the scheduling rules above are vLLM's), and
-only through ``Engine.run``. With ``fast_forward`` on, steady decode stretches (one batch in
-flight, every running request decoding, nothing finishing, arriving or admissible) advance many
-batches at once (``_try_stretch``); logs and records are identical to stepping them.
+only through ``Engine.run``. With ``fast_forward`` on, steady decode stretches advance many
+batches at once (``_try_stretch``); logs, records and listeners see what stepping them gives:
+
+* the state: one batch in flight, batch ``k``, that holds every running request and samples
+  all of them, each then holding one placeholder with its known tokens computed; no stale
+  output, no admissible waiting request. Batch ``k`` may be a request's full prefill (its
+  state is then a decoder's), and a finish not yet reported does not matter (the next
+  schedule reports it; with requests running it changes nothing else);
+* stepping it is: schedule batch ``k + i`` (every running request, one token each), then apply
+  batch ``k + i - 1``, for ``i = 1..j``, leaving batch ``k + j`` in flight; it repeats until a
+  request's last token is delivered, an arrival, or blocks run out;
+* batch ``k + i`` is scheduled when batch ``k + i - 1`` starts (its predecessor's end), so an
+  arrival ends the stretch with the first batch that starts at or after it;
+* the stretch may end with the finish of the requests closest to their last token, as stepping
+  makes it: the last schedule leaves out the requests whose token in flight is their last
+  (the ``max_tokens`` guard), then that token's output finishes them. It does so only when the
+  guard leaves out exactly those requests and someone is left to schedule; the next stretch
+  may then start at once.
+
+Size: one module because the fast-forward applies the loop's own state (its batch queue, the
+placeholders, ``apply`` and ``_finish``) inside the one extension type, ``AsyncLoop``.
 """
 
 from __future__ import annotations
@@ -57,7 +75,6 @@ from typing import TYPE_CHECKING, Any
 import cython
 
 from llmsched_gym.core.fastforward import (
-    block_rooms,
     free_after_steps,
     head_fits,
     place_blocks,
@@ -67,6 +84,7 @@ from llmsched_gym.core.fastforward import (
 )
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.core.steplog import (
+    batch_line,
     record_decode_steps,
     record_step,
     step_line,
@@ -85,6 +103,7 @@ _STALL_LIMIT = 10_000
 BATCH_QUEUE_SIZE = 2
 """vLLM 0.32.0's batch queue depth under async scheduling (``max_concurrent_batches``)."""
 
+_INF = float("inf")
 _RUNNING = RequestStatus.RUNNING
 _FINISHED = RequestStatus.FINISHED
 _ABORTED = RequestStatus.FINISHED_ABORTED
@@ -174,6 +193,9 @@ class AsyncLoop:
             if len(eng.aborted) != num_aborted:
                 self._aborted(eng.aborted[num_aborted:])
             if fast_forward and len(queue) == 1 and self._try_stretch():
+                if progress is not None and len(eng.finished) != last_done:
+                    progress(len(eng.finished) - last_done)  # a stretch may end with finishes
+                    last_done = len(eng.finished)
                 continue
             if eng._running or eng.waiting or self.finished_since_schedule:
                 batch = self.schedule()
@@ -216,27 +238,31 @@ class AsyncLoop:
         running=list,
         n=cython.long,
         k=cython.long,
+        kb=cython.long,
         j=cython.long,
         bs=cython.long,
         m0=cython.long,
+        m_last=cython.long,
+        n_last=cython.long,
         longest=cython.long,
         left=cython.long,
+        slack=cython.long,
+        slack_min=cython.long,
+        slack_last=cython.long,
         c=cython.long,
+        finish=cython.bint,
+        may_admit=cython.bint,
+        needs_longest=cython.bint,
         pricer="StepPricer",
     )
     def _try_stretch(self) -> bool:
         """Advance a steady decode stretch of ``j`` batches at once; False if it may not.
 
-        The state (one batch in flight that schedules every running request for one token
-        and samples all of them, each holding one placeholder; no stale output, no finish to
-        report, no admissible waiting request) repeats batch after batch until a request's
-        last token is delivered, an arrival, or blocks run out. Stepping it is: schedule batch
-        ``k + i`` (all running, one token each) then apply batch ``k + i - 1``, for
-        ``i = 1..j``; this does the same in one pass, leaving batch ``k + j`` in flight.
-        Identical logs and records (the differential test runs this path).
+        The rules are the module docstring's. Identical logs and records (the differential
+        test runs this path).
         """
         eng = self.engine
-        if self.stale or self.finished_since_schedule or eng.unlogged_aborts:
+        if self.stale or eng.unlogged_aborts:
             return False
         running = eng._running
         n = len(running)
@@ -246,53 +272,115 @@ class AsyncLoop:
         if len(b.scheduled) != n or not all(b.samplers):
             return False
         kv = eng._kv
+        waiting = eng.waiting
+        may_admit = bool(waiting) and n < eng.config.max_num_seqs
+        if may_admit and head_fits(kv, waiting.peek()):
+            return False  # as the synchronous stretch (``core/fastforward.py``)
         scheduled = b.scheduled
         k = 1 << 62
-        m0 = 0
-        longest = 0
+        m0 = longest = 0
+        # The requests closest to their last token (``left == k``): how many, their context
+        # sum, and the most batches after which the max_tokens guard stops one of them.
+        n_last = m_last = slack_last = 0
+        slack_min = 0
         for req in running:
             c = req.num_computed_tokens
-            if (
-                req.num_output_placeholders != 1
-                or c != req.num_tokens
-                or scheduled.get(req, 0) != 1
-            ):
+            # Batch k may be a full prefill (it samples: the request's state is a decoder's).
+            if req.num_output_placeholders != 1 or c != req.num_tokens or req not in scheduled:
                 return False
             # Batch k delivers token o + 1, batch k + i - 1 token o + i: no finish while
-            # o + j < output_len (then the max_tokens guard cannot bind either).
+            # o + i < output_len.
             left = req._output_len - req.num_output_tokens - 1
+            # The guard stops scheduling it at batch k + i + 1 once c + i + 1 reaches
+            # prompt + max_tokens: ``slack`` batches after its finish would (0: together).
+            slack = req.num_prompt_tokens + req.max_tokens - c - 1 - left
+            if slack < slack_min:
+                slack_min = slack
             if left < k:
                 k = left
+                n_last = 1
+                m_last = c
+                slack_last = slack
+            elif left == k:
+                n_last += 1
+                m_last += c
+                if slack > slack_last:
+                    slack_last = slack
             m0 += c
             if c > longest:
                 longest = c
-        if k < 2:
+        if k < 1 or slack_min < 0:  # (a guard before a finish: never, output_len <= max_tokens)
             return False
         pricer = eng.pricer
         if pricer.phase_items and any(r.in_prefill_phase for r in running):
             return False
-        waiting = eng.waiting
-        may_admit = waiting and n < eng.config.max_num_seqs
-        if may_admit and head_fits(kv, waiting.peek()):
-            return False  # as the synchronous stretch (``core/fastforward.py``)
-        bs = kv.block_size
-        rooms = block_rooms(running, bs)
-        k = steps_within_blocks(running, bs, kv.pool.num_free, k, rooms)
-        if may_admit and kv.output_keys:
-            k = steps_before_hit_grows(kv, waiting.peek(), running, k, 0)
-        if k < 2:
+        # Batch k + k delivers the last token of the requests with k left; batch k + k + 1,
+        # scheduled before that output, leaves out exactly them when the guard stops each of
+        # them there (the others have more left, so the guard cannot stop them). Then the
+        # stretch takes that batch and the finish too, if someone is left to schedule.
+        finish = slack_last == 0 and n_last < n
+        if not finish and k < 2:
             return False
-        t_arr = stretch_end(eng._pending, eng._next_arrival, eng._cancels)  # aborts apply there
-        # Batch k + i is scheduled when batch k + i - 2 ends, i.e. when batch k + i - 1
-        # starts: every batch of the stretch but the first must start before the arrival.
+        bs = kv.block_size
+        # Blocks for k (+ 1) batches (the finishers' in the last counted: a safe upper bound).
+        kb = steps_within_blocks(running, bs, kv.pool.num_free, k + 1 if finish else k)
+        if may_admit and kv.output_keys:  # (generated ids fixed: the head's hit may grow)
+            kb = steps_before_hit_grows(kv, waiting.peek(), running, kb, 0)
+        if finish and kb <= k:
+            finish = False
+        if kb < k:
+            k = kb
+        if not finish and k < 2:
+            return False
+        needs_longest = pricer.needs_longest
+        if not needs_longest:
+            longest = 0
         durations, starts = pricer.decode_series(
-            n, m0, longest if pricer.needs_longest else 0, k, b.end, t_arr
-        )
+            n, m0, longest, k, b.end, stretch_end(eng._pending, eng._next_arrival, eng._cancels)
+        )  # (aborts apply at their cancel time, as arrivals)
         j = len(durations)
+        if j < k:
+            finish = False
+            if j > 0:
+                # Cut by the arrival: batch k + j + 1 is scheduled when batch k + j starts,
+                # before the arrival too (priced in pieces: the same floats).
+                self._price_one(
+                    durations, starts, n, m0 + j * n, longest + j if needs_longest else 0
+                )
+                j += 1
+        elif finish:  # batch k + k + 1 is scheduled when batch k + k starts (before t_arr)
+            self._price_after_finish(durations, starts, k, n - n_last, m0 - m_last)
+            j += 1
         if j < 2:
             return False
-        self._advance_stretch(j, durations, starts, rooms)
+        self._advance_stretch(j, durations, starts, finish)
         return True
+
+    def _price_one(
+        self, durations: list[float], starts: list[float], n: int, m: int, longest: int
+    ) -> None:
+        """Append one more decode batch of ``n`` requests (context sum ``m``) to a series."""
+        more, more_starts = self.engine.pricer.decode_series(n, m, longest, 1, starts[-1], _INF)
+        durations += more
+        starts.append(more_starts[1])
+
+    @cython.locals(req=Request, k=cython.long, c=cython.long, longest=cython.long)
+    def _price_after_finish(
+        self, durations: list[float], starts: list[float], k: int, n: int, m: int
+    ) -> None:
+        """Append the last batch of a stretch that ends with a finish (batch ``k + k + 1``).
+
+        It decodes the ``n`` requests with more than ``k`` tokens left, whose context sum at
+        batch ``k + 1`` is ``m``, one token each.
+        """
+        longest = 0
+        if self.engine.pricer.needs_longest:
+            for req in self.engine._running:
+                c = req.num_computed_tokens
+                if req._output_len - req.num_output_tokens - 1 != k and c > longest:
+                    longest = c
+            longest += k
+        self._price_one(durations, starts, n, m + k * n, longest)
 
     @cython.locals(
         eng="Engine",
@@ -301,22 +389,30 @@ class AsyncLoop:
         running=list,
         events=list,
         free_after=list,
+        finished=list,
+        kept=list,
+        to_cache=list,
         n=cython.long,
         j=cython.long,
         i=cython.long,
         bs=cython.long,
         c=cython.long,
+        t=cython.long,
         pos=cython.long,
         room=cython.long,
         end=cython.long,
         stride=cython.long,
-        step0=cython.long,
         caching=cython.bint,
+        finish=cython.bint,
     )
     def _advance_stretch(
-        self, j: int, durations: list[float], starts: list[float], rooms: list[int]
+        self, j: int, durations: list[float], starts: list[float], finish: bool
     ) -> None:
-        """Apply a stretch of ``j`` batches found by ``_try_stretch`` (see there)."""
+        """Apply a stretch of ``j`` batches found by ``_try_stretch`` (see there).
+
+        With ``finish``, batch ``k + j - 1`` delivers the last token of the requests with
+        ``j - 1`` left, and batch ``k + j`` leaves them out.
+        """
         eng = self.engine
         kv = eng._kv
         pool = kv.pool
@@ -329,27 +425,52 @@ class AsyncLoop:
         # Block allocations in (batch, running position) order, as stepping makes them.
         events: list[int] = []
         stride = bs * n
-        end = j * n
-        for pos in range(n):
-            room = rooms[pos]
-            if room < j:
-                events.extend(range(room * n + pos, end + pos, stride))
-        events.sort()
-        free_after = free_after_steps(events, n, j, pool.num_free)
-        place_blocks(pool, running, events, n)
         caching = kv.enable_caching
         last_end = starts[j - 1]  # end of batch k + j - 1, the last one applied
+        finished: list[Request] = []
+        kept = running
+        if finish:
+            kept = []
+        to_cache: list[Request] = []
+        pos = 0
         for req in running:
-            c = req.num_computed_tokens + j
-            req.num_computed_tokens = c
-            req.num_computed_total += j
-            req.num_tokens += j - 1
+            c = req.num_computed_tokens
+            room = len(req.blocks) * bs - c
+            # Token o + 1 came with batch k: a finisher's last is batch k + j - 1's.
+            if finish and req._output_len - req.num_output_tokens == j - 1:
+                end = (j - 1) * n  # scheduled in batches k + 1 .. k + j - 1
+                req.num_computed_tokens = c + j - 1
+                req.num_computed_total += j - 1
+                req.num_output_placeholders = 0
+                finished.append(req)
+            else:
+                end = j * n
+                req.num_computed_tokens = c + j
+                req.num_computed_total += j
+                req.num_output_placeholders = 1
+                if finish:
+                    kept.append(req)
+            if room * n < end:
+                events.extend(range(room * n + pos, end + pos, stride))
+            pos += 1
+            t = req.num_tokens + j - 1
+            req.num_tokens = t
             req.num_output_tokens += j - 1
             req.last_token_time = last_end
-            req.num_output_placeholders = 1
-            # Known and computed tokens end at c - 1 (batch k + j computes the last one).
-            if caching and (c - 1) // bs > req.num_cached_blocks:
-                kv.cache_blocks(req, c - 1)
+            # Tokens known with their KV computed end at t - 1 (the last known token's KV is
+            # batch k + j's to compute; a finisher's never is): ``apply``'s registration,
+            # once the new blocks are in place.
+            if caching and (t - 1) // bs > req.num_cached_blocks:
+                to_cache.append(req)
+        events.sort()
+        log = eng.schedule_log
+        records = eng._steps
+        free_after = None
+        if log is not None or records is not None:
+            free_after = free_after_steps(events, n, j, pool.num_free)
+        place_blocks(pool, running, events, n)
+        for req in to_cache:
+            kv.cache_blocks(req, req.num_tokens - 1)
         # Batches k + 1 .. k + j - 1 applied: n tokens each, one step's duration apart.
         itl_values = eng.itl_values
         itl_weights = eng.itl_weights
@@ -359,44 +480,82 @@ class AsyncLoop:
         for i in range(1, j):  # batch k + i's tokens, delivered at its end
             for listener in eng.token_listeners:
                 listener(running, starts[i])
-        step0 = eng.num_steps
-        n_waiting = len(eng.waiting)
-        log = eng.schedule_log
-        if log is not None:
-            ids = [r.request_id for r in running]
-            write_decode_lines(log, step0, starts, free_after, ids, n_waiting, j - 1, [])
-        if eng._steps is not None:
-            record_decode_steps(
-                eng._steps, step0, starts, durations, free_after, n, n_waiting, j - 1, 0
-            )
-        # Batch k + j stays in flight, as stepping leaves it.
         line = row = None
-        if log is not None:
-            line = {
-                "step": step0 + j - 1,
-                "time": starts[j - 1],
-                "scheduled": {r.request_id: 1 for r in running},
-                "new": {},
-                "resumed": {},
-                "preempted": [],
-                "finished": [],
-                "num_free_blocks": free_after[j - 1],
-                "num_running": n,
-                "num_waiting": n_waiting,
-            }
-        if eng._steps is not None:
-            row = [
-                step0 + j - 1, starts[j - 1], durations[j - 1], n, 0, n, 0, 0, 0, 0, n,
-                n_waiting, free_after[j - 1],
-            ]  # fmt: skip
+        if free_after is not None:
+            line, row = self._log_stretch(j, starts, durations, free_after, finished, kept)
+        n = len(kept)
         self.queue.append(
-            _Batch(dict.fromkeys(running, 1), [True] * n, starts[j - 1], starts[j], line, row)
+            _Batch(dict.fromkeys(kept, 1), [True] * n, starts[j - 1], starts[j], line, row)
         )
         self.gpu_free = starts[j]
+        self.finished_since_schedule = False  # the stretch's schedules told the workers
         if last_end > eng.now:
             eng.now = last_end
         eng.num_steps += j
         eng.num_ff_steps += j
+        if finished:
+            self._finish(finished, last_end)
+
+    @cython.locals(
+        eng="Engine", running=list, n=cython.long, nf=cython.long, i=cython.long,
+        j=cython.long, step0=cython.long,
+    )  # fmt: skip
+    def _log_stretch(
+        self,
+        j: int,
+        starts: list[float],
+        durations: list[float],
+        free_after: list[int],
+        finished: list[Request],
+        kept: list[Request],
+    ) -> tuple:
+        """Write the log lines and records of a stretch's applied batches, and make its last's.
+
+        Batches ``k + 1 .. k + j - 1`` are written (the last with its finishes); batch ``k + j``'s
+        line and record row are returned (None when not kept). Every value is read right after
+        its batch's scheduling, so every request still runs.
+        """
+        eng = self.engine
+        running = eng._running
+        n = len(running)
+        step0 = eng.num_steps
+        n_waiting = len(eng.waiting)
+        nf = len(finished)
+        log = eng.schedule_log
+        records = eng._steps
+        i = j - 1 if not finished else j - 2
+        line = row = None
+        if log is not None:
+            ids = [r.request_id for r in running]
+            if i:
+                write_decode_lines(log, step0, starts, free_after, ids, n_waiting, i, [])
+            if finished:
+                write_line(
+                    log,
+                    batch_line(
+                        step0 + i, starts[i], dict.fromkeys(ids, 1), {}, {}, [],
+                        [r.request_id for r in finished], free_after[i], n, n_waiting,
+                    ),
+                )  # fmt: skip
+            line = batch_line(
+                step0 + j - 1, starts[j - 1], {r.request_id: 1 for r in kept}, {}, {}, [], [],
+                free_after[j - 1], n, n_waiting,
+            )  # fmt: skip
+        if records is not None:
+            if i:
+                record_decode_steps(
+                    records, step0, starts, durations, free_after, n, n_waiting, i, 0
+                )
+            if finished:
+                record_step(
+                    records, step0 + i, starts[i], durations[i], n, 0, n, 0, 0, 0, nf, n,
+                    n_waiting, free_after[i],
+                )  # fmt: skip
+            row = [
+                step0 + j - 1, starts[j - 1], durations[j - 1], len(kept), 0, len(kept), 0, 0,
+                0, 0, n, n_waiting, free_after[j - 1],
+            ]  # fmt: skip
+        return line, row
 
     # -- scheduling ----------------------------------------------------------------------------
     @cython.locals(
@@ -678,6 +837,7 @@ class AsyncLoop:
             batch.row[9] = len(finished)  # num_finished
             record_step(eng._steps, *batch.row)
 
+    @cython.locals(eng="Engine", req=Request, running=list, stale=dict)
     def _finish(self, finished: list[Request], end: float) -> None:
         """Finish requests at ``end`` in scheduling order: free blocks, leave their queue.
 
@@ -687,16 +847,18 @@ class AsyncLoop:
         eng = self.engine
         self.finished_since_schedule = True
         running = eng._running
+        stale = self.stale
         for req in finished:
             req.num_output_placeholders = 0
-            self.stale.pop(req, None)
+            if stale:
+                stale.pop(req, None)
             if req.status is _RUNNING:
                 eng.running_tokens -= req.num_tokens - req.num_computed_tokens
                 running.remove(req)
             else:
                 eng.waiting.remove(req)
                 eng.waiting_tokens -= req.num_tokens
-            req.status = RequestStatus.FINISHED
+            req.status = _FINISHED
             req.finish_time = end
             eng._kv.free(req)
             eng.policy.on_finish(req, end)

@@ -41,13 +41,40 @@ def step_line(
     num_waiting: int,
 ) -> dict[str, Any]:
     """The schedule-log line of the batch built on ``ctx`` (``finished``: ids it finished)."""
+    return batch_line(
+        step,
+        time,
+        {r.request_id: n for r, n in ctx.scheduled.items()},
+        {r.request_id: h for r, h in ctx.new},
+        {r.request_id: h for r, h in ctx.resumed},
+        [r.request_id for r in ctx.preempted],
+        finished,
+        num_free,
+        num_running,
+        num_waiting,
+    )
+
+
+def batch_line(
+    step: int,
+    time: float,
+    scheduled: dict[str, int],
+    new: dict[str, int],
+    resumed: dict[str, int],
+    preempted: list[str],
+    finished: list[str],
+    num_free: int,
+    num_running: int,
+    num_waiting: int,
+) -> dict[str, Any]:
+    """A schedule-log line from its fields (ids), in the log's key order."""
     return {
         "step": step,
         "time": time,
-        "scheduled": {r.request_id: n for r, n in ctx.scheduled.items()},
-        "new": {r.request_id: h for r, h in ctx.new},
-        "resumed": {r.request_id: h for r, h in ctx.resumed},
-        "preempted": [r.request_id for r in ctx.preempted],
+        "scheduled": scheduled,
+        "new": new,
+        "resumed": resumed,
+        "preempted": preempted,
         "finished": finished,
         "num_free_blocks": num_free,
         "num_running": num_running,

@@ -182,6 +182,28 @@ def test_bench_async_reports_ratios(capsys) -> None:
     assert "async/sync step rate" in capsys.readouterr().out
 
 
+def _fast_forward_on_off(tmp_path, specs: list[RequestSpec], cfg: dict, cost_model: str) -> tuple:
+    """Run with fast-forward on and off; assert the same log, records, ITLs and summary, and
+    that the first run fast-forwarded. Returns both results."""
+    runs = []
+    for ff in (True, False):
+        log = tmp_path / f"log_{ff}.jsonl"
+        res = simulate(
+            specs, cfg, "vllm-v1", cost_model, fast_forward=ff, schedule_log=log,
+            record_steps=True,
+        )  # fmt: skip
+        runs.append((res, log.read_text()))
+    (on, log_on), (off, log_off) = runs
+    assert log_on == log_off
+    assert on.requests.equals(off.requests)
+    assert on.steps.equals(off.steps)
+    assert on.itl[0].tolist() == off.itl[0].tolist()
+    assert on.itl[1].tolist() == off.itl[1].tolist()
+    assert on.summary == off.summary
+    assert on.num_fast_forward_steps > 0
+    return on, off
+
+
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 @pytest.mark.parametrize("caching", [True, False])
 def test_fast_forward_equals_stepping(tmp_path, policy: str, caching: bool) -> None:
@@ -208,19 +230,53 @@ def test_fast_forward_equals_stepping(tmp_path, policy: str, caching: bool) -> N
         "enable_prefix_caching": caching,
         "scheduling_policy": policy,
     }
-    runs = []
-    for ff in (True, False):
-        log = tmp_path / f"log_{ff}.jsonl"
-        res = simulate(
-            specs, cfg, "vllm-v1", "roofline:llama-2-7b@a100-80gb", fast_forward=ff,
-            schedule_log=log, record_steps=True,
-        )  # fmt: skip
-        runs.append((res, log.read_text()))
-    (on, log_on), (off, log_off) = runs
-    assert log_on == log_off
-    assert on.requests.equals(off.requests)
-    assert on.steps.equals(off.steps)
-    assert on.itl[0].tolist() == off.itl[0].tolist()
-    assert on.itl[1].tolist() == off.itl[1].tolist()
-    assert on.summary == off.summary
-    assert on.num_fast_forward_steps > 0 and off.num_fast_forward_steps == 0
+    on, off = _fast_forward_on_off(tmp_path, specs, cfg, "roofline:llama-2-7b@a100-80gb")
+    assert off.num_fast_forward_steps == 0
+
+
+@pytest.mark.parametrize(
+    "cost_model",
+    [
+        "roofline:llama-2-7b@a100-80gb",  # priced by sums
+        "torch:llama-2-7b@h200-141gb/tp1",  # by items, with the longest context
+        "infermax:llama-2-7b@a100-80gb",  # by items, a fresh request's decode as a prefill
+    ],
+)
+def test_fast_forward_equals_stepping_at_stretch_ends(tmp_path, cost_model: str) -> None:
+    """Stretches that start on a prefill's output, end with a finish, or end by an arrival
+    give the stepped run's results, also when ``max_tokens`` exceeds the output (then the
+    guard does not stop the finisher's last schedule and the stretch ends before it)."""
+    import random
+
+    rng = random.Random(11)
+    specs = []
+    t = 0.0
+    for i in range(60):
+        t += rng.choice([0.0, 0.02, 0.1, 0.4])
+        out = rng.randint(1, 80)
+        max_tokens = out + rng.choice([0, 0, 0, 1, 5])
+        specs.append(RequestSpec(f"r{i}", t, rng.randint(1, 30), out, max_tokens))
+    cfg = {
+        "async_scheduling": True,
+        "block_size": 4,
+        "num_gpu_blocks": 90,
+        "max_num_batched_tokens": 64,
+        "max_num_seqs": 10,
+    }
+    _fast_forward_on_off(tmp_path, specs, cfg, cost_model)
+
+
+def test_stretches_run_through_finishes() -> None:
+    """An offline decode batch: async fast-forward steps no more batches than sync steps (its
+    stretches end with their finishes and the next starts at once), same step count."""
+    from llmsched_gym.bench import DECODE_PROFILE, offline_decode_batch
+
+    specs = offline_decode_batch(16)
+    runs = [
+        simulate(specs, {"async_scheduling": asy}, "vllm-v1", DECODE_PROFILE)
+        for asy in (False, True)
+    ]
+    sync, asy = runs
+    assert asy.num_steps == sync.num_steps
+    stepped = [r.num_steps - r.num_fast_forward_steps for r in runs]
+    assert stepped[1] <= stepped[0], stepped
