@@ -155,6 +155,7 @@ SMALL = {
     "text2sql": {"num_queries": 8},
     "grid": {"num_requests": 64},
     "servegen": {"duration_s": 30.0},
+    "multiturn": {"limit": 400},
 }
 
 
