@@ -262,7 +262,6 @@ def write_sb3_submission(
         citation=citation,
         task=task,
         command=command,
-        suite=suite,
         module=algorithm.__module__.split(".")[0],
     )
     if work_conserving:
@@ -391,7 +390,7 @@ def train_sb3_on_suite(
         algorithm=algorithm,
         citation=citation,
         task=task,
-        command=f"python baselines/{script} --suite {suite.version}",
+        command=result["command"],
         suite=suite.version,
         training=(
             f"{name} ({citation}; SB3 MultiInputPolicy, {arch} MLPs), "
