@@ -124,33 +124,12 @@ class BlockPool:
             entry.append(b)
 
     # -- allocation --------------------------------------------------------------------------
-    @cython.locals(
-        b=cython.long,
-        after=cython.long,
-        head=cython.long,
-        nxt=list,
-        ref=list,
-        bh=list,
-        tag=list,
-        cached=dict,
-        out=list,
-    )
+    # Block ids below are untyped on purpose: the hot loops move the int objects the lists
+    # already hold (no C long boxed into a new int and freed again per block).
+    @cython.locals(head=cython.long, nxt=list, ref=list, bh=list, tag=list, cached=dict, out=list)
     def get_new_blocks(self, k: int) -> list[int]:
         """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
         assert k <= self.num_free, "caller must check free blocks first"
-        if k == 1:  # a decode crossing a block boundary: the common case, without the loop
-            nxt = self._next
-            head = self._head
-            b = nxt[head]
-            if self.block_hash[b] is not None:
-                self._evict_hash(b)
-            self.tag[b] = 0
-            self.ref_cnt[b] = 1
-            after = nxt[b]
-            nxt[head] = after
-            self._prev[after] = head
-            self.num_free -= 1
-            return [b]
         nxt, ref, bh, tag, cached = (
             self._next,
             self.ref_cnt,
@@ -158,8 +137,19 @@ class BlockPool:
             self.tag,
             self._cached,
         )
+        head = self._head
+        b = nxt[head]
+        if k == 1:  # a decode crossing a block boundary: the common case, without the loop
+            if bh[b] is not None:
+                self._evict_hash(b)
+            tag[b] = 0
+            ref[b] = 1
+            after = nxt[b]
+            nxt[head] = after
+            self._prev[after] = head
+            self.num_free -= 1
+            return [b]
         out = []
-        b = nxt[self._head]
         for _ in range(k):
             out.append(b)
             key = bh[b]
@@ -172,8 +162,8 @@ class BlockPool:
             tag[b] = 0
             ref[b] = 1
             b = nxt[b]
-        nxt[self._head] = b
-        self._prev[b] = self._head
+        nxt[head] = b
+        self._prev[b] = head
         self.num_free -= k
         return out
 
@@ -192,7 +182,7 @@ class BlockPool:
             return itemgetter(*blocks)(self.ref_cnt).count(0)
         return 1 if blocks and self.ref_cnt[blocks[0]] == 0 else 0
 
-    @cython.locals(b=cython.long, i=cython.long, ref=list, first=list, last=list)
+    @cython.locals(i=cython.long, ref=list, first=list, last=list)
     def free_request_blocks(self, blocks: list[int], num_hashed: int, exclusive: bool) -> None:
         """Free a request's blocks tail first; the first ``num_hashed`` of them are cached.
 
@@ -221,7 +211,7 @@ class BlockPool:
                     first.append(b)
         self._link_freed(first, last)
 
-    @cython.locals(p=cython.long, b=cython.long, old_first=cython.long, nxt=list, prv=list)
+    @cython.locals(nxt=list, prv=list)
     def _link_freed(self, first: list[int], last: list[int]) -> None:
         nxt, prv = self._next, self._prev
         if first:
