@@ -499,3 +499,20 @@ def test_plain_record_fast_path_equals_the_full_checks(
     fast = outcome()
     monkeypatch.setattr(trace, "_plain_spec", lambda record: None)
     assert fast == outcome()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": 1, "b": [1, 2.5]}', '\ufeff{"a": 1}', b'{"a": 2}', "[1,", '{"a": {"b": 1}}', "7"],
+)
+def test_shared_decoder_answers_as_json_loads(text) -> None:
+    """``_json.loads`` keeps one decoder: json.loads' values and errors (BOM, bytes) unchanged."""
+    from llmsched_gym import _json
+
+    def outcome(load) -> object:
+        try:
+            return load(text)
+        except json.JSONDecodeError as err:
+            return str(err)
+
+    assert outcome(_json.loads) == outcome(json.loads)
