@@ -371,8 +371,9 @@ def _one_blas_thread(command: str | None) -> None:
     """Ask OpenBLAS for one thread (unless the user set it) before numpy is first imported.
 
     OpenBLAS starts a thread per core when numpy is imported, and those threads spin: on the
-    19,366-request run of ``llmsched-gym bench --vs-vidur`` they cost ~0.1 s CPU of ~1.2 s,
-    while the simulator makes no BLAS call that would use them.
+    19,366-request run of ``llmsched-gym bench --vs-vidur`` they cost ~0.1 s CPU of ~1.2 s.
+    The simulator's only BLAS calls are the summary's two dot products (ITL and KV-usage
+    means); with one thread their sums no longer depend on the machine's core count.
     """
     if command in _ONE_THREAD and "numpy" not in sys.modules:
         import os
