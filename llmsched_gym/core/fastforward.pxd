@@ -19,6 +19,8 @@ cpdef list block_rooms(list running, long bs)
 cpdef long count_allocations(list offsets, long bs, long k) except? -1
 cpdef long max_steps_within_blocks(list offsets, long bs, long free, long k_max) except? -1
 cpdef long steps_within_blocks(list running, long bs, long free, long k, list rooms=*) except? -1
+cpdef long steps_to_first_finish(list running) except? -1
+cpdef long context_sum(list running) except? -1
 cpdef bint head_fits(KVCacheManager kv, Request head) except -1
 cpdef long steps_before_hit_grows(KVCacheManager kv, Request head, list running, long k, long lag) except? -1
 cpdef stretch_end(list pending, long next_arrival, list cancels)

@@ -124,9 +124,11 @@ class BlockPool:
             entry.append(b)
 
     # -- allocation --------------------------------------------------------------------------
+    # The hot loops below index the lists with C longs (``i``, ``p``) but store the int objects
+    # the lists already hold (``b``, ``pb``): boxing a C long would allocate an int per write
+    # (and free the one it replaces).
     @cython.locals(
-        b=cython.long,
-        after=cython.long,
+        i=cython.long,
         head=cython.long,
         nxt=list,
         ref=list,
@@ -138,19 +140,6 @@ class BlockPool:
     def get_new_blocks(self, k: int) -> list[int]:
         """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
         assert k <= self.num_free, "caller must check free blocks first"
-        if k == 1:  # a decode crossing a block boundary: the common case, without the loop
-            nxt = self._next
-            head = self._head
-            b = nxt[head]
-            if self.block_hash[b] is not None:
-                self._evict_hash(b)
-            self.tag[b] = 0
-            self.ref_cnt[b] = 1
-            after = nxt[b]
-            nxt[head] = after
-            self._prev[after] = head
-            self.num_free -= 1
-            return [b]
         nxt, ref, bh, tag, cached = (
             self._next,
             self.ref_cnt,
@@ -158,22 +147,37 @@ class BlockPool:
             self.tag,
             self._cached,
         )
+        head = self._head
+        b = nxt[head]
+        if k == 1:  # a decode crossing a block boundary: the common case, without the loop
+            i = b
+            if bh[i] is not None:
+                self._evict_hash(i)
+            tag[i] = 0
+            ref[i] = 1
+            after = nxt[i]
+            nxt[head] = after
+            i = after
+            self._prev[i] = head
+            self.num_free -= 1
+            return [b]
         out = []
-        b = nxt[self._head]
         for _ in range(k):
+            i = b
             out.append(b)
-            key = bh[b]
+            key = bh[i]
             if key is not None:
                 if type(cached[key]) is int:  # the common case, inlined from _evict_hash
-                    bh[b] = None
+                    bh[i] = None
                     del cached[key]
                 else:
-                    self._evict_hash(b)
-            tag[b] = 0
-            ref[b] = 1
-            b = nxt[b]
-        nxt[self._head] = b
-        self._prev[b] = self._head
+                    self._evict_hash(i)
+            tag[i] = 0
+            ref[i] = 1
+            b = nxt[i]
+        nxt[head] = b
+        i = b
+        self._prev[i] = head
         self.num_free -= k
         return out
 
@@ -221,26 +225,30 @@ class BlockPool:
                     first.append(b)
         self._link_freed(first, last)
 
-    @cython.locals(p=cython.long, b=cython.long, old_first=cython.long, nxt=list, prv=list)
+    @cython.locals(p=cython.long, i=cython.long, nxt=list, prv=list)
     def _link_freed(self, first: list[int], last: list[int]) -> None:
         nxt, prv = self._next, self._prev
         if first:
             p = self._head
+            pb = p
             old_first = nxt[p]
             for b in first:
-                prv[b] = p
+                i = b
+                prv[i] = pb
                 nxt[p] = b
-                p = b
+                p, pb = i, b
             nxt[p] = old_first
-            prv[old_first] = p
+            prv[old_first] = pb
         if last:
-            p = prv[self._tail]
+            pb = prv[self._tail]
+            p = pb
             for b in last:
-                prv[b] = p
+                i = b
+                prv[i] = pb
                 nxt[p] = b
-                p = b
+                p, pb = i, b
             nxt[p] = self._tail
-            prv[self._tail] = p
+            prv[self._tail] = pb
         self.num_free += len(first) + len(last)
 
     def usage(self) -> float:

@@ -212,13 +212,45 @@ def _csv_cells(values: np.ndarray) -> list[str]:
     """A column as pandas' ``to_csv`` prints it.
 
     Floats by repr, NaN and None empty, text quoted (csv.QUOTE_MINIMAL) when it holds a comma,
-    quote or line break.
+    quote or line break. A long numeric column that repeats its values (step counts, KV usage)
+    formats each distinct value once.
     """
     if values.dtype == np.float64:
+        cells = _repeated_cells(values)
+        if cells is not None:
+            return cells
+        if not np.isnan(values).any():
+            return list(map(repr, values.tolist()))
         return ["" if v != v else repr(v) for v in values.tolist()]
     if values.dtype == np.int64:
-        return list(map(str, values.tolist()))
+        cells = _repeated_cells(values)
+        return cells if cells is not None else list(map(str, values.tolist()))
     return ["" if v is None else _quote(str(v)) for v in values.tolist()]
+
+
+def _repeated_cells(values: np.ndarray) -> list[str] | None:
+    """The cells of a long int or float column that repeats its values, else None.
+
+    Each value is formatted once and the rows take its text: ints between 0 and half the
+    column's length through a table indexed by value, floats with at most half their values
+    distinct through ``np.unique`` (``repr``, NaN empty). Equal values print alike except 0.0
+    and -0.0, so a float column holding a negative zero is left to the row-by-row path.
+    """
+    n = len(values)
+    if n < 4096:
+        return None
+    if values.dtype == np.int64:
+        if values.min() < 0 or values.max() >= n // 2:
+            return None
+        text = list(map(str, range(int(values.max()) + 1)))
+        return list(map(text.__getitem__, values.tolist()))
+    if np.any(np.signbit(values[values == 0.0])):
+        return None
+    distinct, index = np.unique(values, return_inverse=True)
+    if len(distinct) > n // 2:
+        return None
+    text = ["" if v != v else repr(v) for v in distinct.tolist()]
+    return list(map(text.__getitem__, index.ravel().tolist()))
 
 
 def _quote(text: str) -> str:

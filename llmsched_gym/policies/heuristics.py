@@ -146,6 +146,20 @@ class VllmV0Policy(SchedulingPolicy):
         if self.admit_whole_prefills(ctx):
             return
         running = ctx.running
+        if self.block_manager == "v1" and type(self).decode_or_preempt is _V0_DECODE:
+            # The same decodes in one compiled pass per run of requests that get their slots:
+            # ``threshold=1`` schedules one token of each (as ``schedule_running(req, 1)``),
+            # preempted requests are skipped, and it stops when the budget is spent; a request
+            # whose blocks ran out preempts the newest here (``decode_one``), then the pass goes
+            # on after it.
+            order = list(running)
+            i = 0
+            while True:
+                i = ctx.schedule_in_order(order, i, threshold=1)
+                if i < 0:
+                    return
+                decode_one(ctx, order[i], False)
+                i += 1
         n = len(running)
         for req in list(running):
             # Only preemptions shrink the batch here: until one, every request is still in it
@@ -153,6 +167,9 @@ class VllmV0Policy(SchedulingPolicy):
             if ctx.token_budget == 0 or (len(running) != n and req not in running):
                 continue
             self.decode_or_preempt(ctx, req)
+
+
+_V0_DECODE = VllmV0Policy.decode_or_preempt
 
 
 class SarathiPolicy(SchedulingPolicy):

@@ -326,13 +326,21 @@ class VllmV1Policy(SchedulingPolicy):
         a request that preempts itself ends the phase (vLLM 0.32), or not under vLLM 0.33's rule.
         """
         running = ctx.running
+        # The packer's first pass, made here: most steps end in it (no request short of
+        # blocks), without building a packer. At a shortage the packer walks on from that
+        # request, over a snapshot of the rest, as its own walk would (its first call fails
+        # the same allocation again, which changes nothing).
+        i = ctx.schedule_in_order(running, 0, threshold=ctx.config.prefill_cap(ctx.num_eligible))
+        if i < 0:
+            return
+        rest = running[i:]
         if priority:
             key = self.victim_key
             victim = lambda req: max(running, key=key)  # noqa: E731
         else:
             victim = lambda req: running[-1]  # noqa: E731
         continue_after_self = priority and self.preemption_rule == "0.33"
-        drive(pack(ctx, admit=False, continue_after_self=continue_after_self), victim)
+        drive(pack(ctx, rest, admit=False, continue_after_self=continue_after_self), victim)
 
     def schedule(self, ctx: StepContext) -> None:
         """One ``Scheduler.schedule()`` call."""

@@ -122,6 +122,33 @@ TRACE_FORMATS: tuple[str, ...] = ("contract", *catalog.RAW_FORMATS)
 """File formats ``load_trace(path, trace_format=...)`` reads: the JSONL contract and raw formats."""
 
 
+def _plain_spec(record: dict) -> RequestSpec | None:
+    """The spec of a record of exactly the four plain fields with valid values, else None.
+
+    The common line of a length trace (``request_id``, float ``arrival_time``, ``prompt_len``,
+    ``output_len``) checked in one expression: the same spec ``request_from_dict``'s full
+    checks build (ids, lengths and arrival kept, every other field its default), about 5x
+    faster. Anything else (more fields, an int arrival, a bad value) returns None and takes
+    the full checks, which name the problem.
+    """
+    request_id = record.get("request_id")
+    arrival = record.get("arrival_time")
+    prompt = record.get("prompt_len")
+    output = record.get("output_len")
+    if (
+        type(request_id) is str
+        and request_id
+        and type(arrival) is float
+        and 0.0 <= arrival < math.inf
+        and type(prompt) is int
+        and 1 <= prompt <= MAX_INT
+        and type(output) is int
+        and 1 <= output <= MAX_INT
+    ):
+        return RequestSpec(request_id, arrival, prompt, output, output)
+    return None
+
+
 def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> RequestSpec:
     """Validates one trace-contract record and builds its ``RequestSpec``.
 
@@ -139,6 +166,10 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
         TraceError: For an unknown field, a missing required field, or a value of the wrong type
             or out of range; the message names ``where``, the field and the value.
     """
+    if type(record) is dict and len(record) == 4:
+        spec = _plain_spec(record)
+        if spec is not None:
+            return spec
     if not isinstance(record, Mapping):
         raise TraceError(f"{where}: a trace line must be a JSON object, got {show(record)}")
     unknown = [key for key in record if key not in _ALLOWED_FIELDS]

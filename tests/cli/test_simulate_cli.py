@@ -141,3 +141,25 @@ def test_command_list_matches_the_full_parser() -> None:
     assert _command_in(["--help"]) is None and _command_in(["simulat"]) is None
     light = next(a for a in build_parser("simulate")._actions if a.dest == "command")
     assert "leaderboard" not in light.choices and "simulate" in light.choices
+
+
+@pytest.mark.parametrize(
+    ("command", "preset", "expected"),
+    [("simulate", None, "1"), ("compare", None, "1"), ("simulate", "4", "4"), ("list", None, None)],
+)
+def test_simulator_commands_ask_openblas_for_one_thread(command, preset, expected) -> None:
+    """Before numpy loads, simulate/compare ask for one BLAS thread; a user's setting wins."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    code = (
+        "import os, sys\n"
+        "from llmsched_gym.cli import main\n"
+        "assert 'numpy' not in sys.modules\n"
+        f"main._one_blas_thread({command!r})\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == str(expected)

@@ -108,3 +108,35 @@ def test_simulate_out_writes_records_without_pandas(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
     assert (tmp_path / "o" / "steps.csv").read_text().startswith("step,time_s,")
+
+
+def test_long_repeating_columns_print_as_pandas(tmp_path) -> None:
+    """Long columns take the format-each-value-once path: the bytes pandas writes, NaN, -0.0,
+    ints past the lookup table and floats with few repeats included."""
+    import numpy as np
+    import pandas as pd
+
+    from llmsched_gym.metrics import table
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    ratios = rng.integers(0, 40, n) / 7.0
+    with_nan = ratios.copy()
+    with_nan[::9] = np.nan
+    neg_zero = ratios.copy()
+    neg_zero[::11] = -0.0
+    columns = {
+        "small_ints": rng.integers(0, 30, n),
+        "wide_ints": rng.integers(0, n, n),  # past half the length: row by row
+        "negative_ints": rng.integers(-5, 5, n),
+        "ratios": ratios,
+        "with_nan": with_nan,
+        "neg_zero": neg_zero,
+        "distinct": rng.random(n),
+    }
+    assert table._repeated_cells(columns["small_ints"]) is not None
+    assert table._repeated_cells(columns["ratios"]) is not None
+    assert table._repeated_cells(columns["neg_zero"]) is None
+    write_table(columns, tmp_path / "t.csv")
+    pd.DataFrame(columns).to_csv(tmp_path / "f.csv", index=False, lineterminator="\n")
+    assert (tmp_path / "t.csv").read_bytes() == (tmp_path / "f.csv").read_bytes()

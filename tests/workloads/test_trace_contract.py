@@ -461,3 +461,58 @@ spec_strategy = st.builds(
 def test_round_trip_property(specs: list[RequestSpec]) -> None:
     for spec in specs:
         assert request_from_dict(request_to_dict(spec)) == spec
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"request_id": "a", "arrival_time": 1.5, "prompt_len": 3, "output_len": 2},
+        {"request_id": "a", "arrival_time": 0.0, "prompt_len": 2**31 - 1, "output_len": 1},
+        {"request_id": "a", "arrival_time": 2, "prompt_len": 3, "output_len": 2},  # int arrival
+        {"request_id": "a", "arrival_time": 1.0, "prompt_len": True, "output_len": 2},
+        {"request_id": "a", "arrival_time": 1.0, "prompt_len": 3, "output_len": 0},
+        {"request_id": "a", "arrival_time": 1.0, "prompt_len": 2**31, "output_len": 2},
+        {"request_id": "a", "arrival_time": -1.0, "prompt_len": 3, "output_len": 2},
+        {"request_id": "a", "arrival_time": float("inf"), "prompt_len": 3, "output_len": 2},
+        {"request_id": "a", "arrival_time": float("nan"), "prompt_len": 3, "output_len": 2},
+        {"request_id": "", "arrival_time": 1.0, "prompt_len": 3, "output_len": 2},
+        {"request_id": 7, "arrival_time": 1.0, "prompt_len": 3, "output_len": 2},
+        {"request_id": "a", "arrival_time": 1.0, "prompt_len": 3, "max_tokens": 2},
+    ],
+)
+def test_plain_record_fast_path_equals_the_full_checks(
+    record: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four-field records take a shortcut (``_plain_spec``): same spec, or same error."""
+    from llmsched_gym.workloads import trace
+
+    plain = {"request_id": "a", "arrival_time": 0.5, "prompt_len": 3, "output_len": 2}
+    assert trace._plain_spec(plain) is not None  # the shortcut is taken
+
+    def outcome() -> object:
+        try:
+            spec = request_from_dict(record, "t.jsonl:1")
+        except TraceError as err:
+            return str(err)
+        return spec, type(spec.arrival_time)
+
+    fast = outcome()
+    monkeypatch.setattr(trace, "_plain_spec", lambda record: None)
+    assert fast == outcome()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": 1, "b": [1, 2.5]}', '\ufeff{"a": 1}', b'{"a": 2}', "[1,", '{"a": {"b": 1}}', "7"],
+)
+def test_shared_decoder_answers_as_json_loads(text) -> None:
+    """``_json.loads`` keeps one decoder: json.loads' values and errors (BOM, bytes) unchanged."""
+    from llmsched_gym import _json
+
+    def outcome(load) -> object:
+        try:
+            return load(text)
+        except json.JSONDecodeError as err:
+            return str(err)
+
+    assert outcome(_json.loads) == outcome(json.loads)
