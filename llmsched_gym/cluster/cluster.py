@@ -30,7 +30,9 @@ from __future__ import annotations
 import copy
 import functools
 import heapq
+import math
 import time
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,12 +49,118 @@ from llmsched_gym.core.request import Request, RequestSpec
 from llmsched_gym.errors import ConfigError, PolicyError, TraceError
 from llmsched_gym.kv.manager import cdiv
 
-__all__ = ["ROLES", "Cluster", "Instance", "InstanceSpec", "RoutingDecision", "run_cluster"]
+__all__ = [
+    "ROLES",
+    "Cluster",
+    "FinishedRecords",
+    "Instance",
+    "InstanceSpec",
+    "RoutingDecision",
+    "run_cluster",
+]
 
 ROLES = ("both", "prefill", "decode")
 """Instance roles: ``both`` serves whole requests; ``prefill`` / ``decode`` split them (PD)."""
 
 _ARRIVAL, _HANDOFF = 0, 1
+
+_FLUSH = 4096
+"""Rows the finished-request columns buffer as Python objects before packing them."""
+
+
+class Column:
+    """A growing column of numbers: a typed ``array`` plus a short list of values to add.
+
+    Appending to ``buffer`` (a plain list) is cheap; ``flush`` packs it into ``data`` in one C
+    call, so a value costs its item size (8 bytes for ``"d"``, 4 for ``"i"``, 1 for ``"B"``),
+    not a Python object. An integer that does not fit the type code widens the column to
+    ``"q"`` (int64, what the records hold); ``None`` in a float column is stored as NaN, as the
+    records read it.
+    """
+
+    __slots__ = ("data", "buffer")
+
+    def __init__(self, typecode: str) -> None:
+        self.data = array(typecode)
+        self.buffer: list = []
+
+    def __len__(self) -> int:
+        return len(self.data) + len(self.buffer)
+
+    def flush(self) -> None:
+        """Pack the buffered values into ``data``."""
+        values = self.buffer
+        if not values:
+            return
+        data = self.data
+        try:
+            data.fromlist(values)  # the array is unchanged when this fails
+        except TypeError:
+            if data.typecode != "d":
+                raise
+            data.fromlist([math.nan if v is None else v for v in values])
+        except OverflowError:
+            if data.typecode == "q":
+                raise
+            self.data = array("q", data)
+            self.data.fromlist(values)
+        values.clear()
+
+    def numpy(self, dtype: Any) -> Any:
+        """The whole column as a new numpy array of ``dtype``."""
+        import numpy as np
+
+        self.flush()
+        data = self.data
+        if not len(data):
+            return np.zeros(0, dtype=dtype)
+        return np.frombuffer(data, dtype=_NUMPY_CODES[data.typecode]).astype(dtype)
+
+
+_NUMPY_CODES = {"d": "float64", "q": "int64", "i": "int32", "B": "uint8"}
+
+FLOAT_FIELDS = ("arrival_time", "first_scheduled_time", "first_token_time", "finish_time")
+"""The float fields of a finished ``Request`` that its record reads."""
+INT_FIELDS = (
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "num_cached_tokens",
+    "num_computed_total",
+    "num_preemptions",
+    "priority",
+    "num_external_tokens",
+    "instance",
+    "seq",
+    "order",
+)
+"""The integer fields of a row: the ``Request``'s counters (``num_cached_tokens`` at least 0),
+the instance it finished on, its arrival ``seq`` on that engine and its routing order."""
+
+
+class FinishedRecords:
+    """What the records need of each finished request, folded into columns as it finishes.
+
+    One row per request finished on an instance (a PD request has one on its prefill and one on
+    its decode instance; ``cluster.records`` merges them): its spec (shared with the workload)
+    and ``FLOAT_FIELDS`` / ``INT_FIELDS`` as ``Column``s, about 50 bytes a row, so a cluster
+    can drop its finished ``Request`` objects (``Cluster(keep_finished=False)``).
+    """
+
+    def __init__(self) -> None:
+        self.specs: list[RequestSpec] = []
+        """Each row's ``Request.spec``."""
+        self.columns = {name: Column("d") for name in FLOAT_FIELDS}
+        self.columns.update({name: Column("i") for name in INT_FIELDS})
+        self.buffers = tuple(c.buffer for c in self.columns.values())
+        """The columns' buffers, ``FLOAT_FIELDS`` then ``INT_FIELDS`` (``Cluster._on_finish``)."""
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def flush(self) -> None:
+        """Pack every buffered value into its typed array."""
+        for column in self.columns.values():
+            column.flush()
 
 
 @dataclass(frozen=True)
@@ -87,10 +195,37 @@ class Instance:
         """Seconds the engine spent in steps (its clock minus idle jumps)."""
         self.num_prefill_copies = 0
         """PD prefill copies it ran."""
+        self.num_finished = 0
+        """Requests finished here (PD prefill copies included)."""
+        self.itl_values = Column("d")
+        self.itl_weights = Column("B")
+        """The engine's inter-token gaps and multiplicities, packed as they come
+        (``drain_itl``); the engine's own lists hold the newest ones."""
 
     def view(self) -> InstanceView:
         """A fresh read-only view for a routing decision."""
-        return InstanceView(self.index, self.name, self.gpu, self.model, self.role, self.engine)
+        return InstanceView(
+            self.index, self.name, self.gpu, self.model, self.role, self.engine, self
+        )
+
+    def drain_itl(self) -> None:
+        """Move the engine's inter-token samples into ``itl_values`` / ``itl_weights``.
+
+        The engine's lists are emptied in place (its step loop appends to the same objects).
+        """
+        engine = self.engine
+        values, weights = engine.itl_values, engine.itl_weights
+        self.itl_values.buffer.extend(values)
+        self.itl_weights.buffer.extend(weights)
+        self.itl_values.flush()
+        self.itl_weights.flush()
+        values.clear()
+        weights.clear()
+
+    def itl(self) -> tuple[Any, Any]:
+        """Every inter-token sample so far: (gaps float64, multiplicities int64)."""
+        self.drain_itl()
+        return self.itl_values.numpy("float64"), self.itl_weights.numpy("int64")
 
     def fits(self, prompt_len: int, output_len: int, max_tokens: int) -> bool:
         """Whether this instance takes such a request and can ever hold it.
@@ -162,6 +297,13 @@ class Cluster:
     counts, free blocks and backlog read through it, and ``Engine.running`` / ``Engine.kv``
     apply it first, so every reader sees the state stepping would have reached.
     ``lazy_stretches=False`` applies every stretch at once (same records, slower).
+
+    Each request's record fields are folded into ``records`` (compact columns) as it finishes,
+    and the engines' inter-token samples into typed arrays (``Instance.drain_itl``), so a long
+    run holds tens of bytes per request. With ``keep_finished=False`` (``run_cluster``) the
+    finished ``Request`` objects are dropped as well: the engines' ``finished`` lists stay
+    empty and ``order`` / ``final`` hold the requests not finished yet; ``True`` (default)
+    keeps them for callers that read them (environments, forks, tests).
     """
 
     def __init__(
@@ -174,6 +316,7 @@ class Cluster:
         fast_forward: bool = True,
         record_steps: bool = False,
         lazy_stretches: bool = True,
+        keep_finished: bool = True,
     ) -> None:
         from llmsched_gym.cost.registry import load_cost_model
         from llmsched_gym.policies.registry import make_policy
@@ -260,6 +403,12 @@ class Cluster:
         self.final: dict[str, int] = {}
         """Request id -> instance that finished it (its record's ``instance_id``)."""
         self.finish_callbacks: list[Callable[[int], None]] = []
+        self.keep_finished = keep_finished
+        self.records = FinishedRecords()
+        """Every finished request's record fields (``cluster.records.cluster_result``)."""
+        self._views = [x.view() for x in self.instances]
+        """One view per instance, handed to every routing decision (``_decision``)."""
+        self._entry_indices = frozenset(x.index for x in self.entry)
         self._pending: tuple[float, int, int, Any] | None = None
         self._pending_candidates: list[Instance] = []
         self._times: list[float] | None = None
@@ -326,7 +475,7 @@ class Cluster:
             if spec.prompt_len + spec.max_tokens <= fit_all[0] and (
                 spec.prompt_len + out_len - 1 <= fit_all[1]
             ):
-                return list(self.entry)
+                return self.entry  # (read-only)
         decodable = None
         out = []
         for x in self.entry:
@@ -380,7 +529,38 @@ class Cluster:
         """
         return functools.partial(self._on_finish, inst)
 
+    @cython.locals(req=Request, engine=Engine, index=cython.long, keep=cython.bint)
     def _on_finish(self, inst: Instance, finished: list[Request], t: float) -> None:
+        (arrival, scheduled, first_token, finish, prompt, output, cached, computed, preemptions,
+         priority, external, instance, seq, order_col) = self.records.buffers  # fmt: skip
+        specs = self.records.specs
+        order = self.order
+        keep = self.keep_finished
+        index = inst.index
+        for req in finished:  # the record's fields (``FinishedRecords``)
+            specs.append(req.spec)
+            arrival.append(req.arrival_time)
+            scheduled.append(req.first_scheduled_time)
+            first_token.append(req.first_token_time)
+            finish.append(req.finish_time)
+            prompt.append(req.num_prompt_tokens)
+            output.append(req.num_output_tokens)
+            cached.append(req.num_cached_tokens if req.num_cached_tokens > 0 else 0)
+            computed.append(req.num_computed_total)
+            preemptions.append(req.num_preemptions)
+            priority.append(req.priority)
+            external.append(req.num_external_tokens)
+            instance.append(index)
+            seq.append(req.seq)
+            order_col.append(order[req.request_id])
+        inst.num_finished += len(finished)
+        if len(arrival) >= _FLUSH:
+            self.records.flush()
+        engine = inst.engine
+        if len(engine.itl_values) >= _FLUSH:
+            inst.drain_itl()
+        if not keep:
+            engine.finished.clear()  # folded above: the Request objects may go
         for req in finished:
             rid = req.request_id
             if inst.role == "prefill":
@@ -388,7 +568,10 @@ class Cluster:
                 if min(spec.output_len, spec.max_tokens) > 1:
                     self._push(t, _HANDOFF, (spec, req, inst.index))
                     continue
-            self.final[rid] = inst.index
+            if keep:
+                self.final[rid] = index
+            else:
+                del order[rid]
             for callback in self.finish_callbacks:
                 callback(1)
             released = self.tracker.on_finish(req.spec, t)
@@ -460,25 +643,32 @@ class Cluster:
         for x in self.instances:
             x.engine.sync()
 
+    @cython.locals(view=InstanceView, views=list, out=list)
     def _decision(self) -> RoutingDecision:
         t, _, _, spec = self._pending
-        return RoutingDecision(
-            spec,
-            self.tracker.job_of(spec),
-            [x.view() for x in self._pending_candidates],
-            t,
-        )
+        views = self._views
+        out = [views[x.index] for x in self._pending_candidates]
+        for view in out:
+            view._backlog = None  # computed afresh for this decision
+        return RoutingDecision(spec, self.tracker.job_of(spec), out, t)
 
     def dispatch(self, index: int) -> None:
         """Send the pending request to instance ``index`` (one of the decision's candidates)."""
         if self._pending is None:
             raise PolicyError("dispatch() without a pending routing decision (next_decision())")
         _, _, _, spec = self._pending
-        allowed = [x.index for x in self._pending_candidates]
-        if isinstance(index, bool) or not isinstance(index, int) or index not in allowed:
+        candidates = self._pending_candidates
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            or index not in (
+                self._entry_indices if candidates is self.entry
+                else [x.index for x in candidates]
+            )
+        ):  # fmt: skip
             raise PolicyError(
                 f"router chose instance {index!r} for request {spec.request_id!r}; the "
-                f"candidates are {allowed}"
+                f"candidates are {[x.index for x in candidates]}"
             )
         self._pending = None
         self._stale = index
@@ -538,6 +728,9 @@ def run_cluster(
 ) -> Any:
     """Simulate a workload on a cluster without a scenario; returns a ``ClusterResult``.
 
+    Finished requests are folded into the records and dropped as they finish
+    (``Cluster(keep_finished=False)``), so memory stays bounded on long runs.
+
     Args:
         items: Requests and jobs.
         instances: One ``InstanceSpec`` (or mapping of its fields) per instance.
@@ -558,7 +751,7 @@ def run_cluster(
         t0 = time.perf_counter()
         cluster = Cluster(
             instances, router, pd=pd, seed=seed, fast_forward=fast_forward,
-            record_steps=record_steps,
+            record_steps=record_steps, keep_finished=False,
         )  # fmt: skip
         cluster.add(items)
         if progress:

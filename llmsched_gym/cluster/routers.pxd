@@ -2,5 +2,5 @@ from llmsched_gym.core.engine cimport Engine
 from llmsched_gym.core.request cimport Request
 
 cdef class InstanceView:
-    cdef public object index, name, gpu, model, role, _backlog
+    cdef public object index, name, gpu, model, role, _backlog, _instance
     cdef public object _engine

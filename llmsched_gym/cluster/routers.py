@@ -236,10 +236,17 @@ class InstanceView:
     (they arrived while a step was running, or are PD hand-offs still in transfer).
     """
 
-    __slots__ = ("index", "name", "gpu", "model", "role", "_engine", "_backlog")
+    __slots__ = ("index", "name", "gpu", "model", "role", "_engine", "_backlog", "_instance")
 
     def __init__(
-        self, index: int, name: str, gpu: str | None, model: str | None, role: str, engine: Engine
+        self,
+        index: int,
+        name: str,
+        gpu: str | None,
+        model: str | None,
+        role: str,
+        engine: Engine,
+        instance: Any = None,
     ) -> None:
         self.index = index
         """Instance index in the cluster (what ``route`` returns)."""
@@ -253,6 +260,8 @@ class InstanceView:
         """``both``, ``prefill`` or ``decode`` (PD disaggregation)."""
         self._engine = engine
         self._backlog: float | None = None
+        self._instance = instance
+        """The cluster's ``Instance`` (its count of finished requests), or None: the engine's."""
 
     @property
     def now(self) -> float:
@@ -318,6 +327,8 @@ class InstanceView:
     @property
     def num_finished(self) -> int:
         """Requests finished here so far."""
+        if self._instance is not None:  # a cluster may drop finished requests (keep_finished)
+            return self._instance.num_finished
         return len(self._engine.finished)
 
     @property
