@@ -232,6 +232,46 @@ class RooflineCostModel:
             + dk * float(decode_kv)
         )
 
+    def decode_series(
+        self, n: int, m0: int, k: int, start: float, stop: float
+    ) -> tuple[list[float], list[float]]:
+        """Durations and start times of up to ``k`` pure-decode steps of ``n`` requests.
+
+        Step ``j`` has ``decode_kv = m0 + j * n``; steps are taken while they start before
+        ``stop``. Every term but the decode-attention one is the same for all steps, so it is
+        summed once, in :meth:`step_time`'s order: each duration is bitwise
+        ``step_time(n, 0, m0 + j * n, 0, n)`` and fast-forwarded stretches equal stepping.
+
+        Returns:
+            ``(durations, starts)`` with ``len(starts) == len(durations) + 1``.
+        """
+        so, pr, fx, gc, gw, ga, hc, hw, ha, tk, pa, dk = self._k
+        t = float(n)
+        r = float(0) + float(n)
+        gt = 1.0 if t > 0.0 else 0.0
+        gr = 1.0 if r > 0.0 else 0.0
+        head = (
+            so
+            + pr * r
+            + gt * (fx + max(gc * t, gw + ga * t))
+            + gr * max(hc * r, hw + ha * r)
+            + tk * t
+            + pa * float(0)
+        )
+        durations: list[float] = []
+        starts = [start]
+        now = start
+        m = m0
+        for _ in range(k):
+            if now >= stop:
+                break
+            d = head + dk * float(m)
+            durations.append(d)
+            now = now + d
+            starts.append(now)
+            m += n
+        return durations, starts
+
     def step_times(
         self,
         num_tokens: np.ndarray,
