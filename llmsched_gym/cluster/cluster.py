@@ -578,7 +578,10 @@ class Cluster:
             for x in released:
                 self._push(x.arrival_time, _ARRIVAL, x)
 
-    @cython.locals(engine=Engine, i=cython.long, times=list, instances=list)
+    @cython.locals(
+        engine=Engine, i=cython.long, j=cython.long, n=cython.long, times=list, instances=list,
+        s=cython.double, tj=cython.double,
+    )
     def next_decision(self) -> RoutingDecision | None:
         """Advance every engine until a request must be routed; None when the run is over.
 
@@ -601,7 +604,14 @@ class Cluster:
         inf = float("inf")
         while True:
             t_arr = heap[0][0] if heap else inf
-            s = min(times)  # the earliest instance, the first on ties
+            s = times[0]  # the earliest instance, the first on ties
+            i = 0
+            n = len(times)
+            for j in range(1, n):
+                tj = times[j]
+                if tj < s:
+                    s = tj
+                    i = j
             if heap and t_arr <= s:
                 event = heapq.heappop(heap)
                 if event[2] == _HANDOFF:
@@ -618,7 +628,6 @@ class Cluster:
                 return self._decision()
             if s == inf:
                 return None
-            i = times.index(s)
             inst = instances[i]
             engine = inst.engine
             # A finish elsewhere can release a job stage or hand a PD request over: then no

@@ -289,6 +289,12 @@ class InstanceView:
         """Outstanding requests: waiting + running."""
         return self.num_waiting + self.num_running
 
+    @cython.locals(e=Engine)
+    def _num_requests(self) -> int:
+        """``num_requests`` as a C call (the least-load router's scan)."""
+        e = self._engine
+        return len(e.waiting) + len(e._pending) - e._next_arrival + len(e._running)
+
     @property
     def num_prefill(self) -> int:
         """Running requests with more than one token to compute (prompt, chunk or refill)."""
@@ -458,9 +464,23 @@ class LeastLoadRouter(Router):
         self.metric = metric
         self.name = f"least-load:{metric}"
 
+    @cython.locals(v=InstanceView, best=InstanceView, load=cython.double, low=cython.double)
     def route(self, request, job, instances, now) -> int:
-        """Minimise the load."""
-        return min(instances, key=lambda v: (v.load(self.metric), v.index)).index
+        """Minimise the load (``min`` by ``(load, index)``: the first lowest on ties)."""
+        metric = self.metric
+        if metric != "requests" or type(instances) is not list:
+            return min(instances, key=lambda v: (v.load(metric), v.index)).index
+        best = None
+        low = 0.0
+        for v in instances:  # the same choice, without a key tuple per view
+            if type(v) is not InstanceView:
+                return min(instances, key=lambda v: (v.load(metric), v.index)).index
+            load = v._num_requests()
+            if best is None or load < low or (load == low and v.index < best.index):
+                best, low = v, load
+        if best is None:
+            raise ValueError("least-load: no candidate instances")
+        return best.index
 
 
 class PowerOfTwoRouter(Router):
