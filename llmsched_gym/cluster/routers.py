@@ -233,7 +233,9 @@ class InstanceView:
     """Read-only state of one instance, as a router sees it at a routing decision.
 
     Counts include requests already routed here that have not joined the waiting queue yet
-    (they arrived while a step was running, or are PD hand-offs still in transfer).
+    (they arrived while a step was running, or are PD hand-offs still in transfer). Every
+    property reads the instance live; a cluster hands the same view of an instance to every
+    decision (``backlog_s`` is cached within one decision only).
     """
 
     __slots__ = ("index", "name", "gpu", "model", "role", "_engine", "_backlog", "_instance")
