@@ -108,13 +108,18 @@ class Column:
 
     def numpy(self, dtype: Any) -> Any:
         """The whole column as a new numpy array of ``dtype``."""
+        return self.view().astype(dtype)
+
+    def view(self) -> Any:
+        """The whole column as a numpy array over ``data`` (no copy; ``data`` cannot grow while
+        the array lives: drop it before appending)."""
         import numpy as np
 
         self.flush()
         data = self.data
         if not len(data):
-            return np.zeros(0, dtype=dtype)
-        return np.frombuffer(data, dtype=_NUMPY_CODES[data.typecode]).astype(dtype)
+            return np.zeros(0, dtype=_NUMPY_CODES[data.typecode])
+        return np.frombuffer(data, dtype=_NUMPY_CODES[data.typecode])
 
 
 _NUMPY_CODES = {"d": "float64", "q": "int64", "i": "int32", "B": "uint8"}

@@ -250,6 +250,28 @@ def stage_shares(table: dict[str, np.ndarray], names: Sequence[str]) -> Any:
     return shares.reindex(columns=[n for n in names if n in shares.columns])
 
 
+def _itl_samples(instances: Sequence[Any], gaps: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Every inter-token sample: instance by instance, then the PD first gaps (weight 1).
+
+    Copied from each instance's packed columns straight into the float64 / int64 result, with
+    no per-instance copies in between (28 M samples on a day of a 64-instance cluster).
+    """
+    for x in instances:
+        x.drain_itl()
+    columns = [(x.itl_values.view(), x.itl_weights.view()) for x in instances]
+    total = sum(len(v) for v, _ in columns) + len(gaps)
+    values = np.empty(total, dtype=np.float64)
+    weights = np.empty(total, dtype=np.int64)
+    at = 0
+    for v, w in columns:
+        values[at : at + len(v)] = v
+        weights[at : at + len(w)] = w
+        at += len(v)
+    values[at:] = gaps
+    weights[at:] = 1
+    return values, weights
+
+
 def cluster_result(cluster: Any, jobs: Sequence[Job], *, wall_s: float, record_steps: bool):
     """Build the :class:`ClusterResult` of a finished ``Cluster``."""
     from llmsched_gym.metrics.summary import summary_values
@@ -265,11 +287,7 @@ def cluster_result(cluster: Any, jobs: Sequence[Job], *, wall_s: float, record_s
         from llmsched_gym.metrics.records import steps_frame
 
         steps = [steps_frame(x.engine.step_columns()) for x in cluster.instances]
-    parts = [x.itl() for x in cluster.instances]  # instance by instance, then the PD gaps
-    itl = (
-        np.concatenate([v for v, _ in parts] + [np.asarray(gaps, dtype=np.float64)]),
-        np.concatenate([w for _, w in parts] + [np.ones(len(gaps), dtype=np.int64)]),
-    )
+    itl = _itl_samples(cluster.instances, gaps)
     one = len(cluster.instances) == 1
     summary = summary_values(table, steps[0] if steps and one else None, itl=itl)
     engines = [x.engine for x in cluster.instances]

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from llmsched_gym.cost.base import affine_decode_series
 from llmsched_gym.cost.capacity import KVCapacity, MemoryOverheads, kv_capacity
 from llmsched_gym.cost.hardware import GPUSpec, ModelSpec, get_gpu, get_model
 from llmsched_gym.errors import CostModelError
@@ -258,19 +259,7 @@ class RooflineCostModel:
             + tk * t
             + pa * float(0)
         )
-        durations: list[float] = []
-        starts = [start]
-        now = start
-        m = m0
-        for _ in range(k):
-            if now >= stop:
-                break
-            d = head + dk * float(m)
-            durations.append(d)
-            now = now + d
-            starts.append(now)
-            m += n
-        return durations, starts
+        return affine_decode_series(head, dk, 0.0, 0.0, m0, n, k, start, stop)
 
     def step_times(
         self,
