@@ -69,7 +69,7 @@ def weighted_percentile(
     """Percentiles of a sample given as distinct values with integer multiplicities.
 
     Equal (to rounding) to ``np.percentile(np.repeat(values, weights), percentiles)`` with
-    numpy's default linear method, in O(k log k) for k values whatever the total weight.
+X
 
     Args:
         values: Sample values (finite).
@@ -80,8 +80,8 @@ def weighted_percentile(
         One value per percentile (NaN for an empty sample), shaped like ``percentiles``.
 
     Raises:
-        ValueError: If shapes differ, a weight is negative or not an integer, a value is not
-            finite, or a percentile is outside [0, 100].
+        ValueError: If shapes differ, a weight is negative, not an integer or 2**31 or more, a
+            value is not finite, or a percentile is outside [0, 100].
     """
     v = np.asarray(values, dtype=np.float64)
     w_raw = np.asarray(weights)
@@ -101,6 +101,11 @@ def weighted_percentile(
     if np.any((p < 0) | (p > 100)) or np.any(np.isnan(p)):
         raise ValueError(f"weighted_percentile: percentiles must be in [0, 100], got {p!r}")
     w = w_raw.astype(np.int64, copy=False)
+    if w.size and w.max() >= _MAX_WEIGHT:
+        raise ValueError(
+            f"weighted_percentile: weights must be below 2**31, got {int(w.max())} (a "
+            "multiplicity, e.g. of an inter-token gap)"
+        )
     total = int(w.sum()) if w.size else 0
     if total == 0:
         return np.full(p.shape, np.nan)
@@ -122,6 +127,8 @@ _CHUNK = 1 << 21
 """Samples per slice of the passes of ``_select_weighted`` (bounds their temporaries)."""
 _BUCKET_BITS = 20
 """High bits of the order-preserving key that name a bucket (``_select_weighted``)."""
+_MAX_WEIGHT = 1 << 31
+"""Weights must be below this, so that a slice's weight sums are exact in float64 (bincount)."""
 _SIGN = np.uint64(1 << 63)
 _LOW = np.uint64((1 << 63) - 1)
 
@@ -146,17 +153,18 @@ def _buckets(v: np.ndarray) -> np.ndarray:
 def _select_weighted(v: np.ndarray, w: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """For each target k, the value at expanded index k of the stably sorted weighted sample.
 
-    Two passes of ``_CHUNK`` samples: weight per bucket (exact: integers below 2**53), then the
+    Two passes of ``_CHUNK`` samples: weight per bucket, then the
     samples of the buckets the targets fall in, in sample order, which a stable sort orders as
     the whole sample's stable sort does.
     """
     n = v.size
-    sums = np.zeros(1 << _BUCKET_BITS, dtype=np.float64)
-    for s in range(0, n, _CHUNK):
-        sums += np.bincount(
-            _buckets(v[s : s + _CHUNK]), weights=w[s : s + _CHUNK], minlength=sums.size
+    cumulative = np.zeros(1 << _BUCKET_BITS, dtype=np.int64)
+    for s in range(0, n, _CHUNK):  # float sums of fewer than 2**21 weights below 2**31: exact
+        chunk = np.bincount(
+            _buckets(v[s : s + _CHUNK]), weights=w[s : s + _CHUNK], minlength=cumulative.size
         )
-    cumulative = np.cumsum(sums).astype(np.int64)
+        cumulative += chunk.astype(np.int64)
+    np.cumsum(cumulative, out=cumulative)
     where = np.searchsorted(cumulative, targets, side="right")
     wanted = np.unique(where)
     members: dict[int, list[np.ndarray]] = {int(b): [] for b in wanted}
