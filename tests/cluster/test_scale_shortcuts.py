@@ -61,3 +61,37 @@ def _run(times_kept: bool) -> list[tuple]:
 
 def test_kept_event_times_equal_recomputed_ones() -> None:
     assert _run(True) == _run(False)
+
+
+def test_run_routes_by_kept_request_counts_as_the_router_does(monkeypatch) -> None:
+    # ``run`` decides least-load:requests from counts kept as engines move; driving the same
+    # cluster through next_decision with the router's own route must give every request the
+    # same instance and finish time. Requests past the tightest limits take the router's path.
+    specs = [s for s in _specs(600, 3) if s.prompt_len + s.max_tokens <= 100]
+    specs = [s for s in specs if s.prompt_len + s.max_tokens <= 60] + specs[::10]
+    specs = [RequestSpec(f"q{i}", 0.001 * i, s.prompt_len, s.output_len, s.max_tokens)
+             for i, s in enumerate(specs)]  # fmt: skip
+    fast_calls = []
+    least = Cluster._least_requests
+
+    def spy(self):
+        fast_calls.append(least(self))
+        return fast_calls[-1]
+
+    monkeypatch.setattr(Cluster, "_least_requests", spy)
+    ran = Cluster(_instances(), "least-load:requests")
+    ran.add(specs)
+    ran.run()
+    driven = Cluster(_instances(), "least-load:requests")
+    driven.add(specs)
+    while (d := driven.next_decision()) is not None:
+        driven.dispatch(driven.router.route(d.request, d.job, d.instances, d.now))
+    assert ran._counts is None and len(fast_calls) > 50 and len(set(fast_calls)) == 3
+    assert len(fast_calls) < len(specs)  # some requests fit only some instances
+    for cluster in (ran, driven):
+        cluster.sync()
+    outcome = [
+        sorted((r.request_id, x.index, r.finish_time) for x in c.instances for r in x.engine.finished)
+        for c in (ran, driven)
+    ]
+    assert outcome[0] == outcome[1] and len(outcome[0]) == len(specs)
