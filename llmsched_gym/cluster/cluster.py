@@ -2,8 +2,9 @@
 
 Each instance IS an :class:`~llmsched_gym.core.engine.Engine` with its own config, cost model,
 KV cache and local scheduler; the cluster only decides where requests go and when each engine
-may advance. The loop keeps one global heap of events (arrivals to route, PD hand-offs), keyed by
-``(time, sequence number)``:
+may advance. The loop takes events (arrivals to route, PD hand-offs) in the order of
+``(time, sequence number)``: the requests added, from their list sorted by arrival, and the events
+that arise during the run (job stages released, hand-offs) from a heap:
 
 * let ``t`` be the earliest event and ``s`` the earliest ``engine.next_event_time()`` (ties to
   the lowest instance index);
@@ -396,6 +397,11 @@ class Cluster:
         """Finishes create arrivals (PD hand-offs, job stages): bound stretches (see the loop)."""
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
+        self._arrivals: list[RequestSpec] = []
+        """Requests added, sorted by arrival, routed from ``_next_arrival`` on: the events of
+        the heap's keys ``(arrival_time, _arrivals_seq + position)``, without a tuple each."""
+        self._next_arrival = 0
+        self._arrivals_seq = 0
         self.order: dict[str, int] = {}
         """Request id -> routing order (the row order of the records)."""
         self.num_routed = 0
@@ -465,8 +471,15 @@ class Cluster:
             for stage in job.stages:
                 for x in stage.requests:
                     self._check_routable(x)
-        for x in sorted(specs, key=lambda s: s.arrival_time):
-            self._push(x.arrival_time, _ARRIVAL, x)
+        specs.sort(key=lambda s: s.arrival_time)
+        if self._next_arrival == len(self._arrivals):  # routed from the sorted list
+            self._arrivals = specs
+            self._next_arrival = 0
+            self._arrivals_seq = self._seq
+            self._seq += len(specs)
+        else:  # the list is still being routed: these go on the heap, after it in ties
+            for x in specs:
+                self._push(x.arrival_time, _ARRIVAL, x)
         if jobs:
             self._causal = True
             for x in self.tracker.add(jobs):
@@ -598,6 +611,7 @@ class Cluster:
     @cython.locals(
         engine=Engine, i=cython.long, j=cython.long, n=cython.long, times=list, instances=list,
         s=cython.double, tj=cython.double, counts=object, views=list, view=InstanceView,
+        arrivals=list, k=cython.long, t_list=cython.double, from_list=cython.bint,
     )
     def _advance(self) -> bool:
         """Advance engines until a request awaits routing (``_pending``); False at the end."""
@@ -619,8 +633,17 @@ class Cluster:
             counts[self._stale] = view._num_requests()
         self._stale = -1
         inf = float("inf")
+        arrivals = self._arrivals
         while True:
+            # The next arrival: the sorted list's or the heap's, by (time, sequence number).
+            k = self._next_arrival
             t_arr = heap[0][0] if heap else inf
+            from_list = False
+            if k < len(arrivals):
+                t_list = arrivals[k].arrival_time
+                if t_list < t_arr or (t_list == t_arr and self._arrivals_seq + k < heap[0][1]):
+                    t_arr = t_list
+                    from_list = True
             s = times[0]  # the earliest instance, the first on ties
             i = 0
             n = len(times)
@@ -629,14 +652,21 @@ class Cluster:
                 if tj < s:
                     s = tj
                     i = j
-            if heap and t_arr <= s:
+            if from_list and t_arr <= s:
+                self._next_arrival = k + 1
+                event = (t_arr, self._arrivals_seq + k, _ARRIVAL, arrivals[k])
+            elif heap and t_arr <= s:
                 event = heapq.heappop(heap)
+            else:
+                event = None
+            if event is not None:
                 if event[2] == _HANDOFF:
                     self._handoff(event)
                     times = [x.engine.next_event_time() for x in instances]
                     self._times = times
                     if counts is not None:
                         self._count_requests()
+                        counts = self._counts
                     continue
                 spec = event[3]
                 candidates = self._candidates(spec)

@@ -95,3 +95,26 @@ def test_run_routes_by_kept_request_counts_as_the_router_does(monkeypatch) -> No
         for c in (ran, driven)
     ]
     assert outcome[0] == outcome[1] and len(outcome[0]) == len(specs)
+
+
+def test_arrivals_from_the_sorted_list_and_the_heap_keep_time_then_add_order() -> None:
+    # The first add() is routed from its sorted list, a second one (while the list is still
+    # being routed) from the heap: ties in time still go in add order, as one add() does.
+    specs = _specs(120, 4)
+    specs = [RequestSpec(s.request_id, round(s.arrival_time, 1), s.prompt_len, s.output_len,
+                         s.max_tokens) for s in specs if s.prompt_len + s.max_tokens <= 100]  # fmt: skip
+    first, second = specs[::2], specs[1::2]
+    traces = []
+    for parts in ([first + second], [first, second]):
+        cluster = Cluster(_instances(), "round-robin")
+        for part in parts:
+            cluster.add(part)
+        trace = []
+        while (d := cluster.next_decision()) is not None:
+            choice = d.instances[0].index
+            trace.append((d.request.request_id, d.now, choice))
+            cluster.dispatch(choice)
+        traces.append(trace)
+    assert traces[0] == traces[1] and len(traces[0]) == len(specs)
+    in_order = sorted(first + second, key=lambda s: s.arrival_time)  # stable: add order
+    assert [r for r, _, _ in traces[1]] == [s.request_id for s in in_order]
