@@ -641,7 +641,9 @@ class Cluster:
             from_list = False
             if k < len(arrivals):
                 t_list = arrivals[k].arrival_time
-                if t_list < t_arr or (t_list == t_arr and self._arrivals_seq + k < heap[0][1]):
+                if t_list < t_arr or (
+                    t_list == t_arr and (not heap or self._arrivals_seq + k < heap[0][1])
+                ):
                     t_arr = t_list
                     from_list = True
             s = times[0]  # the earliest instance, the first on ties
