@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import functools
 import heapq
-import math
 import time
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +40,7 @@ from typing import Any
 import cython
 
 from llmsched_gym._gc import gc_paused
+from llmsched_gym.cluster.folded import Column, FinishedRecords
 from llmsched_gym.cluster.pd import PDConfig, decode_spec, prefill_spec, transfer_seconds
 from llmsched_gym.cluster.routers import InstanceView, LeastLoadRouter, make_router
 from llmsched_gym.config import EngineConfig
@@ -67,106 +67,6 @@ _ARRIVAL, _HANDOFF = 0, 1
 
 _FLUSH = 4096
 """Rows the finished-request columns buffer as Python objects before packing them."""
-
-
-class Column:
-    """A growing column of numbers: a typed ``array`` plus a short list of values to add.
-
-    Appending to ``buffer`` (a plain list) is cheap; ``flush`` packs it into ``data`` in one C
-    call, so a value costs its item size (8 bytes for ``"d"``, 4 for ``"i"``, 1 for ``"B"``),
-    not a Python object. An integer that does not fit the type code widens the column to
-    ``"q"`` (int64, what the records hold); ``None`` in a float column is stored as NaN, as the
-    records read it.
-    """
-
-    __slots__ = ("data", "buffer")
-
-    def __init__(self, typecode: str) -> None:
-        self.data = array(typecode)
-        self.buffer: list = []
-
-    def __len__(self) -> int:
-        return len(self.data) + len(self.buffer)
-
-    def flush(self) -> None:
-        """Pack the buffered values into ``data``."""
-        values = self.buffer
-        if not values:
-            return
-        data = self.data
-        try:
-            data.fromlist(values)  # the array is unchanged when this fails
-        except TypeError:
-            if data.typecode != "d":
-                raise
-            data.fromlist([math.nan if v is None else v for v in values])
-        except OverflowError:
-            if data.typecode == "q":
-                raise
-            self.data = array("q", data)
-            self.data.fromlist(values)
-        values.clear()
-
-    def numpy(self, dtype: Any) -> Any:
-        """The whole column as a new numpy array of ``dtype``."""
-        return self.view().astype(dtype)
-
-    def view(self) -> Any:
-        """The whole column as a numpy array over ``data`` (no copy; ``data`` cannot grow while
-        the array lives: drop it before appending)."""
-        import numpy as np
-
-        self.flush()
-        data = self.data
-        if not len(data):
-            return np.zeros(0, dtype=_NUMPY_CODES[data.typecode])
-        return np.frombuffer(data, dtype=_NUMPY_CODES[data.typecode])
-
-
-_NUMPY_CODES = {"d": "float64", "q": "int64", "i": "int32", "B": "uint8"}
-
-FLOAT_FIELDS = ("arrival_time", "first_scheduled_time", "first_token_time", "finish_time")
-"""The float fields of a finished ``Request`` that its record reads."""
-INT_FIELDS = (
-    "num_prompt_tokens",
-    "num_output_tokens",
-    "num_cached_tokens",
-    "num_computed_total",
-    "num_preemptions",
-    "priority",
-    "num_external_tokens",
-    "instance",
-    "seq",
-    "order",
-)
-"""The integer fields of a row: the ``Request``'s counters (``num_cached_tokens`` at least 0),
-the instance it finished on, its arrival ``seq`` on that engine and its routing order."""
-
-
-class FinishedRecords:
-    """What the records need of each finished request, folded into columns as it finishes.
-
-    One row per request finished on an instance (a PD request has one on its prefill and one on
-    its decode instance; ``cluster.records`` merges them): its spec (shared with the workload)
-    and ``FLOAT_FIELDS`` / ``INT_FIELDS`` as ``Column``s, about 50 bytes a row, so a cluster
-    can drop its finished ``Request`` objects (``Cluster(keep_finished=False)``).
-    """
-
-    def __init__(self) -> None:
-        self.specs: list[RequestSpec] = []
-        """Each row's ``Request.spec``."""
-        self.columns = {name: Column("d") for name in FLOAT_FIELDS}
-        self.columns.update({name: Column("i") for name in INT_FIELDS})
-        self.buffers = tuple(c.buffer for c in self.columns.values())
-        """The columns' buffers, ``FLOAT_FIELDS`` then ``INT_FIELDS`` (``Cluster._on_finish``)."""
-
-    def __len__(self) -> int:
-        return len(self.specs)
-
-    def flush(self) -> None:
-        """Pack every buffered value into its typed array."""
-        for column in self.columns.values():
-            column.flush()
 
 
 @dataclass(frozen=True)
