@@ -19,7 +19,7 @@ from llmsched_gym.cluster.routers import router_name
 from llmsched_gym.core.job import Job
 from llmsched_gym.metrics.columns import RequestColumn as RC
 from llmsched_gym.metrics.results import RequestsFrameMixin
-from llmsched_gym.metrics.table import request_columns
+from llmsched_gym.metrics.table import spec_columns
 
 __all__ = ["ClusterResult", "cluster_result", "instance_table", "gpu_table", "stage_shares"]
 
@@ -67,54 +67,93 @@ class ClusterResult(RequestsFrameMixin):
         return "+".join(dict.fromkeys(self.cost_models))
 
 
-def _merged_columns(cluster: Any) -> tuple[dict[str, list], list[tuple[float, int]]]:
-    """Raw request columns over all instances in routing order, PD parts merged.
+def _merged_columns(cluster: Any) -> tuple[dict[str, Any], list[float]]:
+    """Raw request columns of the finished requests in routing order, PD parts merged.
 
-    Returns the columns and the first inter-token gaps of PD requests as (gap, 1) runs.
+    Rows come from ``cluster.records`` (folded as requests finished). Their order is the one
+    of reading each instance's finished requests by arrival ``seq``, instances in turn, then
+    sorting stably by routing order (one instance: by ``seq`` alone); a PD prefill copy that
+    handed off has no row of its own. Returns the columns (numpy arrays for the numbers,
+    lists for the spec attributes) and the first inter-token gaps of PD requests.
     """
+    rec = cluster.records
+    cols = {name: c.numpy(np.float64 if c.data.typecode == "d" else np.int64)
+            for name, c in rec.columns.items()}  # fmt: skip
+    specs = rec.specs
+    inst = cols["instance"]
     handoffs = cluster.handoffs
-    parts: list[dict[str, list]] = []
-    keys: list[int] = []
-    gaps: list[tuple[float, int]] = []
-    for inst in cluster.instances:
-        finished = inst.engine.finished
-        if inst.role == "prefill":
-            finished = [r for r in finished if r.request_id not in handoffs]
-        cols = request_columns(finished, instance_id=inst.index)
-        if inst.role == "decode":
-            _merge_pd(cols, handoffs, gaps)
-        parts.append(cols)
-        keys.extend(cluster.order[rid] for rid in cols[RC.REQUEST_ID.value])
-    order = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable").tolist()
-    merged: dict[str, list] = {}
-    for name in parts[0]:
-        values = [v for cols in parts for v in cols[name]]
-        merged[name] = values if len(parts) == 1 else [values[i] for i in order]
-    return merged, gaps
+    rows = np.arange(len(specs))
+    prefill = [x.index for x in cluster.instances if x.role == "prefill"]
+    if prefill and handoffs:
+        on_prefill = np.flatnonzero(np.isin(inst, prefill))
+        copies = [k for k in on_prefill.tolist() if specs[k].request_id in handoffs]
+        rows = np.setdiff1d(rows, np.asarray(copies, dtype=np.int64))
+    seq = cols["seq"][rows]
+    if len(cluster.instances) == 1:
+        rows = rows[np.argsort(seq, kind="stable")]
+    else:
+        rows = rows[np.lexsort((seq, inst[rows], cols["order"][rows]))]
+    cols = {name: values[rows] for name, values in cols.items()}
+    specs = [specs[k] for k in rows.tolist()]
+    inst = cols["instance"]
+    prompt, output = cols["num_prompt_tokens"], cols["num_output_tokens"]
+    cached, computed = cols["num_cached_tokens"], cols["num_computed_total"]
+    # Refill: tokens computed beyond one pass over prompt + output (the last token is sampled,
+    # never computed) minus the first prefix hit (``metrics.table.request_columns``).
+    refill = computed - (prompt + output - 1 - cached)
+    raw: dict[str, Any] = {
+        RC.REQUEST_ID.value: [s.request_id for s in specs],
+        RC.ARRIVAL_TIME_S.value: cols["arrival_time"],
+        RC.FIRST_SCHEDULED_TIME_S.value: cols["first_scheduled_time"],
+        RC.FIRST_TOKEN_TIME_S.value: cols["first_token_time"],
+        RC.FINISH_TIME_S.value: cols["finish_time"],
+        RC.NUM_PROMPT_TOKENS.value: prompt,
+        RC.NUM_OUTPUT_TOKENS.value: output,
+        RC.NUM_CACHED_TOKENS.value: cached,
+        RC.NUM_COMPUTED_TOKENS.value: computed,
+        RC.NUM_REFILL_TOKENS.value: refill,
+        RC.NUM_PREEMPTIONS.value: cols["num_preemptions"],
+        RC.PRIORITY.value: cols["priority"],
+        **spec_columns(specs),
+        RC.INSTANCE_ID.value: inst,
+        RC.PREFILL_INSTANCE_ID.value: inst.copy(),
+        RC.KV_TRANSFER_S.value: np.full(len(specs), np.nan),
+    }
+    gaps: list[float] = []
+    decoders = [x.index for x in cluster.instances if x.role == "decode"]
+    if decoders:
+        on_decode = np.flatnonzero(np.isin(inst, decoders))
+        # Instance by instance, each by arrival seq (the order the gaps were always taken in).
+        on_decode = on_decode[np.lexsort((cols["seq"][on_decode], inst[on_decode]))]
+        _merge_pd(raw, specs, on_decode.tolist(), handoffs, gaps)
+    return raw, gaps
 
 
-def _merge_pd(cols: dict[str, list], handoffs: dict, gaps: list) -> None:
-    """Rewrite a decode instance's rows as whole requests (prefill part + decode part)."""
-    ids = cols[RC.REQUEST_ID.value]
-    for k, rid in enumerate(ids):
-        p, p_index, xfer = handoffs[rid]
-        decode_first = cols[RC.FIRST_TOKEN_TIME_S.value][k]
-        gaps.append((decode_first - p.first_token_time, 1))
-        out = p.num_output_tokens + cols[RC.NUM_OUTPUT_TOKENS.value][k]
-        computed = p.num_computed_total + cols[RC.NUM_COMPUTED_TOKENS.value][k]
-        cols[RC.ARRIVAL_TIME_S.value][k] = p.arrival_time
-        cols[RC.FIRST_SCHEDULED_TIME_S.value][k] = p.first_scheduled_time
-        cols[RC.FIRST_TOKEN_TIME_S.value][k] = p.first_token_time
-        cols[RC.NUM_PROMPT_TOKENS.value][k] = p.num_prompt_tokens
-        cols[RC.NUM_OUTPUT_TOKENS.value][k] = out
-        cols[RC.NUM_CACHED_TOKENS.value][k] = p.num_cached_tokens
-        cols[RC.NUM_COMPUTED_TOKENS.value][k] = computed
-        cols[RC.NUM_REFILL_TOKENS.value][k] = computed - (
+def _nan(value: float | None) -> float:
+    return np.nan if value is None else value
+
+
+def _merge_pd(raw: dict[str, Any], specs: list, rows: list[int], handoffs: dict, gaps: list) -> None:
+    """Rewrite decode instances' rows as whole requests (prefill part + decode part)."""
+    first_token = raw[RC.FIRST_TOKEN_TIME_S.value]
+    for k in rows:
+        p, p_index, xfer = handoffs[specs[k].request_id]
+        gaps.append(first_token[k] - _nan(p.first_token_time))
+        out = p.num_output_tokens + int(raw[RC.NUM_OUTPUT_TOKENS.value][k])
+        computed = p.num_computed_total + int(raw[RC.NUM_COMPUTED_TOKENS.value][k])
+        raw[RC.ARRIVAL_TIME_S.value][k] = _nan(p.arrival_time)
+        raw[RC.FIRST_SCHEDULED_TIME_S.value][k] = _nan(p.first_scheduled_time)
+        first_token[k] = _nan(p.first_token_time)
+        raw[RC.NUM_PROMPT_TOKENS.value][k] = p.num_prompt_tokens
+        raw[RC.NUM_OUTPUT_TOKENS.value][k] = out
+        raw[RC.NUM_CACHED_TOKENS.value][k] = p.num_cached_tokens
+        raw[RC.NUM_COMPUTED_TOKENS.value][k] = computed
+        raw[RC.NUM_REFILL_TOKENS.value][k] = computed - (
             p.num_prompt_tokens + out - 1 - p.num_cached_tokens
         )
-        cols[RC.NUM_PREEMPTIONS.value][k] += p.num_preemptions
-        cols[RC.PREFILL_INSTANCE_ID.value][k] = p_index
-        cols[RC.KV_TRANSFER_S.value][k] = xfer
+        raw[RC.NUM_PREEMPTIONS.value][k] += p.num_preemptions
+        raw[RC.PREFILL_INSTANCE_ID.value][k] = p_index
+        raw[RC.KV_TRANSFER_S.value][k] = xfer
 
 
 def instance_table(cluster: Any, makespan_s: float) -> Any:
@@ -128,11 +167,24 @@ def instance_table(cluster: Any, makespan_s: float) -> Any:
 
     rows = []
     span = makespan_s if makespan_s > 0 else float("nan")
+    rec = cluster.records
+    inst = rec.columns["instance"].numpy(np.int64)
+    n = len(cluster.instances)
+
+    def per_instance(*names: str) -> list[int]:
+        values = rec.columns[names[0]].numpy(np.int64)
+        for name in names[1:]:
+            values = values - rec.columns[name].numpy(np.int64)
+        out = np.zeros(n, dtype=np.int64)
+        np.add.at(out, inst, values)
+        return out.tolist()
+
+    prompts = per_instance("num_prompt_tokens", "num_external_tokens")
+    outputs = per_instance("num_output_tokens")
+    computed = per_instance("num_computed_total")
     for x in cluster.instances:
         e = x.engine
-        fin = e.finished
-        prompt = sum(r.num_prompt_tokens - r.num_external_tokens for r in fin)
-        output = sum(r.num_output_tokens for r in fin)
+        output = outputs[x.index]
         rows.append(
             {
                 "instance_id": x.index,
@@ -144,15 +196,15 @@ def instance_table(cluster: Any, makespan_s: float) -> Any:
                 "cost_model": x.cost_model_name,
                 "scheduler": getattr(x.policy, "name", type(x.policy).__name__),
                 "num_gpu_blocks": e.config.num_gpu_blocks,
-                "num_requests": len(fin),
-                "num_prompt_tokens": prompt,
+                "num_requests": x.num_finished,
+                "num_prompt_tokens": prompts[x.index],
                 "num_output_tokens": output,
-                "num_computed_tokens": sum(r.num_computed_total for r in fin),
+                "num_computed_tokens": computed[x.index],
                 "num_steps": e.num_steps,
                 "num_preemptions": e.num_preemptions,
                 "busy_s": x.busy_s,
                 "utilization": x.busy_s / span,
-                "request_throughput": len(fin) / span,
+                "request_throughput": x.num_finished / span,
                 "output_token_throughput": output / span,
             }
         )
@@ -198,6 +250,28 @@ def stage_shares(table: dict[str, np.ndarray], names: Sequence[str]) -> Any:
     return shares.reindex(columns=[n for n in names if n in shares.columns])
 
 
+def _itl_samples(instances: Sequence[Any], gaps: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Every inter-token sample: instance by instance, then the PD first gaps (weight 1).
+
+    Copied from each instance's packed columns straight into the float64 / int64 result, with
+    no per-instance copies in between (28 M samples on a day of a 64-instance cluster).
+    """
+    for x in instances:
+        x.drain_itl()
+    columns = [(x.itl_values.view(), x.itl_weights.view()) for x in instances]
+    total = sum(len(v) for v, _ in columns) + len(gaps)
+    values = np.empty(total, dtype=np.float64)
+    weights = np.empty(total, dtype=np.int64)
+    at = 0
+    for v, w in columns:
+        values[at : at + len(v)] = v
+        weights[at : at + len(w)] = w
+        at += len(v)
+    values[at:] = gaps
+    weights[at:] = 1
+    return values, weights
+
+
 def cluster_result(cluster: Any, jobs: Sequence[Job], *, wall_s: float, record_steps: bool):
     """Build the :class:`ClusterResult` of a finished ``Cluster``."""
     from llmsched_gym.metrics.summary import summary_values
@@ -213,15 +287,7 @@ def cluster_result(cluster: Any, jobs: Sequence[Job], *, wall_s: float, record_s
         from llmsched_gym.metrics.records import steps_frame
 
         steps = [steps_frame(x.engine.step_columns()) for x in cluster.instances]
-    values: list[float] = []
-    weights: list[int] = []
-    for x in cluster.instances:
-        values.extend(x.engine.itl_values)
-        weights.extend(x.engine.itl_weights)
-    for gap, w in gaps:
-        values.append(gap)
-        weights.append(w)
-    itl = (np.asarray(values), np.asarray(weights, dtype=np.int64))
+    itl = _itl_samples(cluster.instances, gaps)
     one = len(cluster.instances) == 1
     summary = summary_values(table, steps[0] if steps and one else None, itl=itl)
     engines = [x.engine for x in cluster.instances]

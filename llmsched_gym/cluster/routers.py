@@ -233,13 +233,22 @@ class InstanceView:
     """Read-only state of one instance, as a router sees it at a routing decision.
 
     Counts include requests already routed here that have not joined the waiting queue yet
-    (they arrived while a step was running, or are PD hand-offs still in transfer).
+    (they arrived while a step was running, or are PD hand-offs still in transfer). Every
+    property reads the instance live; a cluster hands the same view of an instance to every
+    decision (``backlog_s`` is cached within one decision only).
     """
 
-    __slots__ = ("index", "name", "gpu", "model", "role", "_engine", "_backlog")
+    __slots__ = ("index", "name", "gpu", "model", "role", "_engine", "_backlog", "_instance")
 
     def __init__(
-        self, index: int, name: str, gpu: str | None, model: str | None, role: str, engine: Engine
+        self,
+        index: int,
+        name: str,
+        gpu: str | None,
+        model: str | None,
+        role: str,
+        engine: Engine,
+        instance: Any = None,
     ) -> None:
         self.index = index
         """Instance index in the cluster (what ``route`` returns)."""
@@ -253,6 +262,8 @@ class InstanceView:
         """``both``, ``prefill`` or ``decode`` (PD disaggregation)."""
         self._engine = engine
         self._backlog: float | None = None
+        self._instance = instance
+        """The cluster's ``Instance`` (its count of finished requests), or None: the engine's."""
 
     @property
     def now(self) -> float:
@@ -279,6 +290,12 @@ class InstanceView:
     def num_requests(self) -> int:
         """Outstanding requests: waiting + running."""
         return self.num_waiting + self.num_running
+
+    @cython.locals(e=Engine)
+    def _num_requests(self) -> int:
+        """``num_requests`` as a C call (the least-load router's scan)."""
+        e = self._engine
+        return len(e.waiting) + len(e._pending) - e._next_arrival + len(e._running)
 
     @property
     def num_prefill(self) -> int:
@@ -318,6 +335,8 @@ class InstanceView:
     @property
     def num_finished(self) -> int:
         """Requests finished here so far."""
+        if self._instance is not None:  # a cluster may drop finished requests (keep_finished)
+            return self._instance.num_finished
         return len(self._engine.finished)
 
     @property
@@ -447,9 +466,23 @@ class LeastLoadRouter(Router):
         self.metric = metric
         self.name = f"least-load:{metric}"
 
+    @cython.locals(v=InstanceView, best=InstanceView, load=cython.double, low=cython.double)
     def route(self, request, job, instances, now) -> int:
-        """Minimise the load."""
-        return min(instances, key=lambda v: (v.load(self.metric), v.index)).index
+        """Minimise the load (``min`` by ``(load, index)``: the first lowest on ties)."""
+        metric = self.metric
+        if metric != "requests" or type(instances) is not list:
+            return min(instances, key=lambda v: (v.load(metric), v.index)).index
+        best = None
+        low = 0.0
+        for v in instances:  # the same choice, without a key tuple per view
+            if type(v) is not InstanceView:
+                return min(instances, key=lambda v: (v.load(metric), v.index)).index
+            load = v._num_requests()
+            if best is None or load < low or (load == low and v.index < best.index):
+                best, low = v, load
+        if best is None:
+            raise ValueError("least-load: no candidate instances")
+        return best.index
 
 
 class PowerOfTwoRouter(Router):

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from llmsched_gym.cost.base import affine_decode_series
 from llmsched_gym.cost.capacity import KVCapacity, MemoryOverheads, kv_capacity
 from llmsched_gym.cost.hardware import GPUSpec, ModelSpec, get_gpu, get_model
 from llmsched_gym.errors import CostModelError
@@ -231,6 +232,34 @@ class RooflineCostModel:
             + pa * float(prefill_attn)
             + dk * float(decode_kv)
         )
+
+    def decode_series(
+        self, n: int, m0: int, k: int, start: float, stop: float
+    ) -> tuple[list[float], list[float]]:
+        """Durations and start times of up to ``k`` pure-decode steps of ``n`` requests.
+
+        Step ``j`` has ``decode_kv = m0 + j * n``; steps are taken while they start before
+        ``stop``. Every term but the decode-attention one is the same for all steps, so it is
+        summed once, in :meth:`step_time`'s order: each duration is bitwise
+        ``step_time(n, 0, m0 + j * n, 0, n)`` and fast-forwarded stretches equal stepping.
+
+        Returns:
+            ``(durations, starts)`` with ``len(starts) == len(durations) + 1``.
+        """
+        so, pr, fx, gc, gw, ga, hc, hw, ha, tk, pa, dk = self._k
+        t = float(n)
+        r = float(0) + float(n)
+        gt = 1.0 if t > 0.0 else 0.0
+        gr = 1.0 if r > 0.0 else 0.0
+        head = (
+            so
+            + pr * r
+            + gt * (fx + max(gc * t, gw + ga * t))
+            + gr * max(hc * r, hw + ha * r)
+            + tk * t
+            + pa * float(0)
+        )
+        return affine_decode_series(head, dk, 0.0, 0.0, m0, n, k, start, stop)
 
     def step_times(
         self,

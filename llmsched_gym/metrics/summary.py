@@ -69,7 +69,7 @@ def weighted_percentile(
     """Percentiles of a sample given as distinct values with integer multiplicities.
 
     Equal (to rounding) to ``np.percentile(np.repeat(values, weights), percentiles)`` with
-    numpy's default linear method, in O(k log k) for k values whatever the total weight.
+X
 
     Args:
         values: Sample values (finite).
@@ -80,8 +80,8 @@ def weighted_percentile(
         One value per percentile (NaN for an empty sample), shaped like ``percentiles``.
 
     Raises:
-        ValueError: If shapes differ, a weight is negative or not an integer, a value is not
-            finite, or a percentile is outside [0, 100].
+        ValueError: If shapes differ, a weight is negative, not an integer or 2**31 or more, a
+            value is not finite, or a percentile is outside [0, 100].
     """
     v = np.asarray(values, dtype=np.float64)
     w_raw = np.asarray(weights)
@@ -91,11 +91,7 @@ def weighted_percentile(
             f"weighted_percentile: values and weights must be 1-D of equal length, got shapes "
             f"{v.shape} and {w_raw.shape}"
         )
-    if w_raw.size and (
-        not np.issubdtype(w_raw.dtype, np.number)
-        or np.any(w_raw < 0)
-        or np.any(np.asarray(w_raw, np.float64) != np.floor(np.asarray(w_raw, np.float64)))
-    ):
+    if w_raw.size and not _multiplicities(w_raw):
         raise ValueError(
             "weighted_percentile: weights must be integers >= 0 (multiplicities), got "
             f"{w_raw[:5]!r}..."
@@ -104,21 +100,88 @@ def weighted_percentile(
         raise ValueError("weighted_percentile: values must be finite; drop NaN/inf gaps first")
     if np.any((p < 0) | (p > 100)) or np.any(np.isnan(p)):
         raise ValueError(f"weighted_percentile: percentiles must be in [0, 100], got {p!r}")
-    w = w_raw.astype(np.int64)
-    keep = w > 0
-    v, w = v[keep], w[keep]
-    if v.size == 0:
+    w = w_raw.astype(np.int64, copy=False)
+    if w.size and w.max() >= _MAX_WEIGHT:
+        raise ValueError(
+            f"weighted_percentile: weights must be below 2**31, got {int(w.max())} (a "
+            "multiplicity, e.g. of an inter-token gap)"
+        )
+    total = int(w.sum()) if w.size else 0
+    if total == 0:
         return np.full(p.shape, np.nan)
-    order = np.argsort(v, kind="stable")
-    v, cumulative = v[order], np.cumsum(w[order])
-    total = int(cumulative[-1])
     virtual = (total - 1) * (p / 100.0)
     lower = np.floor(virtual)
     upper = np.minimum(lower + 1, total - 1)
-    # Expanded index k holds the first value whose cumulative weight exceeds k.
-    a = v[np.searchsorted(cumulative, lower.astype(np.int64), side="right")]
-    b = v[np.searchsorted(cumulative, upper.astype(np.int64), side="right")]
+    # Expanded index k holds the first value, in a stable sort of the sample, whose cumulative
+    # weight exceeds k. Rather than sorting every sample, find each k's bucket of values (the
+    # high bits of an order-preserving integer key) from weight sums per bucket, then sort only
+    # that bucket's samples stably (in sample order): the same value, bit for bit.
+    targets = np.concatenate([lower.ravel(), upper.ravel()]).astype(np.int64)
+    picked = _select_weighted(v, w, targets)
+    a = picked[: lower.size].reshape(p.shape)
+    b = picked[lower.size :].reshape(p.shape)
     return _lerp(a, b, virtual - lower)
+
+
+_CHUNK = 1 << 21
+"""Samples per slice of the passes of ``_select_weighted`` (bounds their temporaries)."""
+_BUCKET_BITS = 20
+"""High bits of the order-preserving key that name a bucket (``_select_weighted``)."""
+_MAX_WEIGHT = 1 << 31
+"""Weights must be below this, so that a slice's weight sums are exact in float64 (bincount)."""
+_SIGN = np.uint64(1 << 63)
+_LOW = np.uint64((1 << 63) - 1)
+
+
+def _multiplicities(w: np.ndarray) -> bool:
+    """Whether every weight is a non-negative integer (no temporary copy for integer arrays)."""
+    if np.issubdtype(w.dtype, np.integer):
+        return bool(w.min() >= 0)
+    if not np.issubdtype(w.dtype, np.number):
+        return False
+    f = np.asarray(w, np.float64)
+    return not (np.any(f < 0) or np.any(f != np.floor(f)))
+
+
+def _buckets(v: np.ndarray) -> np.ndarray:
+    """Bucket of each value: the high bits of a key ordered as the floats (-0.0 as 0.0)."""
+    bits = (v + 0.0).view(np.uint64)  # + 0.0 turns -0.0 into 0.0: equal values, one bucket
+    key = bits ^ ((bits >> np.uint64(63)) * _LOW | _SIGN)
+    return (key >> np.uint64(64 - _BUCKET_BITS)).astype(np.intp)
+
+
+def _select_weighted(v: np.ndarray, w: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """For each target k, the value at expanded index k of the stably sorted weighted sample.
+
+    Two passes of ``_CHUNK`` samples: weight per bucket, then the
+    samples of the buckets the targets fall in, in sample order, which a stable sort orders as
+    the whole sample's stable sort does.
+    """
+    n = v.size
+    cumulative = np.zeros(1 << _BUCKET_BITS, dtype=np.int64)
+    for s in range(0, n, _CHUNK):  # float sums of fewer than 2**21 weights below 2**31: exact
+        chunk = np.bincount(
+            _buckets(v[s : s + _CHUNK]), weights=w[s : s + _CHUNK], minlength=cumulative.size
+        )
+        cumulative += chunk.astype(np.int64)
+    np.cumsum(cumulative, out=cumulative)
+    where = np.searchsorted(cumulative, targets, side="right")
+    wanted = np.unique(where)
+    members: dict[int, list[np.ndarray]] = {int(b): [] for b in wanted}
+    for s in range(0, n, _CHUNK):
+        buckets = _buckets(v[s : s + _CHUNK])
+        for b in wanted.tolist():
+            members[b].append(np.flatnonzero(buckets == b) + s)
+    out = np.empty(targets.size, dtype=np.float64)
+    for b, parts in members.items():
+        rows = np.concatenate(parts)
+        order = np.argsort(v[rows], kind="stable")
+        values = v[rows][order]
+        inside = np.cumsum(w[rows][order])
+        before = int(cumulative[b - 1]) if b > 0 else 0
+        hit = where == b
+        out[hit] = values[np.searchsorted(inside, targets[hit] - before, side="right")]
+    return out
 
 
 def _stats(values: np.ndarray) -> tuple[float, float, float, float]:

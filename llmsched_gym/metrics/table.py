@@ -168,6 +168,8 @@ def step_table(columns: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
 
 
 def _floats(values: Sequence) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:
+        return values  # already a column (NaN: none), e.g. folded cluster records
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 

@@ -57,6 +57,22 @@ def test_scalar_equals_vector_bit_for_bit(model):
     assert np.array_equal(vec, scal)  # exact, not approx
 
 
+@pytest.mark.parametrize("model", ROOFLINES, ids=[m.name for m in ROOFLINES])
+@pytest.mark.parametrize(("n", "m0"), [(1, 0), (1, 137), (7, 3001), (256, 10**6)])
+def test_roofline_decode_series_equals_stepping_bit_for_bit(model, n, m0):
+    """The stretch pricing (issue 29) sums the constant terms once: same floats as stepping."""
+    durations, starts = model.decode_series(n, m0, 50, 2.5, float("inf"))
+    want = [model.step_time(n, 0, m0 + j * n, 0, n) for j in range(50)]
+    assert durations == want  # exact
+    t = 2.5
+    for j, d in enumerate(want):
+        assert starts[j] == t
+        t = t + d
+    assert starts[50] == t
+    cut, cut_starts = model.decode_series(n, m0, 50, 2.5, starts[20])
+    assert cut == want[:20] and cut_starts == starts[:21]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.integers(0, 1 << 20),

@@ -19,6 +19,7 @@ from llmsched_gym.metrics import (
     summarize,
     weighted_percentile,
 )
+from llmsched_gym.metrics import summary as summary_module
 
 
 def test_summary_hand_computed(tiny_rows, make_steps) -> None:
@@ -151,6 +152,42 @@ def test_weighted_percentile_equals_brute_force(pairs, percentiles) -> None:
         assert np.isnan(result).all()
     else:
         np.testing.assert_array_equal(result, np.percentile(expanded, percentiles))
+
+
+def _sorted_reference(values, weights, percentiles):
+    """The weighted percentile by a full stable sort (what the bucketed selection replaces)."""
+    order = np.argsort(values, kind="stable")
+    v, cumulative = values[order], np.cumsum(weights[order])
+    virtual = (int(cumulative[-1]) - 1) * (np.asarray(percentiles, np.float64) / 100.0)
+    lower = np.floor(virtual)
+    upper = np.minimum(lower + 1, int(cumulative[-1]) - 1)
+    a = v[np.searchsorted(cumulative, lower.astype(np.int64), side="right")]
+    b = v[np.searchsorted(cumulative, upper.astype(np.int64), side="right")]
+    diff = b - a
+    t = virtual - lower
+    return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 21])
+def test_weighted_percentile_bucketed_selection_is_bitwise_the_sort(monkeypatch, chunk) -> None:
+    # Slices of 5 samples cross every bucket; ties, signed zeros, negatives, subnormals, zero
+    # weights and values of one bucket (close floats) must pick the same bits as a stable sort.
+    monkeypatch.setattr(summary_module, "_CHUNK", chunk)
+    rng = np.random.default_rng(7)
+    special = np.array([-0.0, 0.0, -0.0, 5e-324, -5e-324, -1e300, 1e300, 1.0, 1.0 + 2**-52])
+    for _ in range(30):
+        n = int(rng.integers(1, 400))
+        values = np.concatenate(
+            [rng.choice(special, n), rng.integers(-3, 4, n) / 3.0, 0.01 + rng.random(n) * 1e-9]
+        )
+        rng.shuffle(values)
+        weights = rng.integers(0, 4, values.size)
+        weights[0] = 1
+        percentiles = [0, 0.1, 25, 50, 90, 99, 99.9, 100, float(rng.random() * 100)]
+        got = weighted_percentile(values, weights, percentiles)
+        assert got.tobytes() == _sorted_reference(values, weights, percentiles).tobytes()
+    with pytest.raises(ValueError, match="weights must be below 2"):
+        weighted_percentile([1.0, 2.0], [1, 2**31], 50)
 
 
 def test_compare_table(tiny_rows, make_row) -> None:
