@@ -66,6 +66,16 @@ def test_bad_configs_name_the_problem(tmp_path) -> None:
         ({"policy": "MaskableRowScorePolicy"}, "MaskableRowScorePolicy goes with MaskablePPO"),
         ({"train": {"scenarios": [], "sources": ["sharegpt"]}}, "train.scenarios must be a"),
         ({"work_conserving": True}, "work_conserving is a Select option, not Priority's"),
+        ({"reward_baseline": 1}, "reward_baseline must be a str"),
+        (
+            {
+                "task": "Select",
+                "algorithm": "MaskablePPO",
+                "policy": "MaskableRowScorePolicy",
+                "unbounded_scores": True,
+            },
+            "unbounded_scores is a Priority option, not Select's",
+        ),
     ]
     for i, (change, message) in enumerate(cases):
         path = tmp_path / f"c{i}.yaml"
@@ -102,7 +112,7 @@ def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     assert f"python baselines/train.py baselines/configs/{name}.yaml --seeds 0" in policy_py
     assert (tmp_path / "seed0" / "learning_curve.png").stat().st_size > 0
     header = (tmp_path / "seed0" / "learning_curve.csv").read_text().splitlines()[0]
-    assert header == "env,timesteps,return"
+    assert header == "env,timesteps,return,vs_reference"
 
 
 def test_resume_reads_finished_seeds_instead_of_retraining(tmp_path, capsys) -> None:
