@@ -208,6 +208,7 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
             start=i,
             stride=n,
             baseline=baseline,
+            gamma=cfg["hyperparams"].get("gamma", 0.99),  # SB3's default
             unbounded_scores=cfg["unbounded_scores"],
             **kwargs,
         )

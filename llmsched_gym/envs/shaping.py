@@ -82,39 +82,51 @@ class ReferenceShaping:
 
     The latency reward between decisions at clocks ``t`` and ``t'`` is ``-(L(t') - L(t))``
     (the area under the number of the agent's unfinished units). With ``L_ref`` the area of a
-    reference policy run on the same workload (``LatencyCurve``), the shaped reward is::
+    reference policy run on the same workload (``LatencyCurve``) as the potential,
+    ``phi(t) = L_ref(t) / L_ref(inf)``, the shaped reward is::
 
-        r_k = (L_ref(t') - L_ref(t)) - (L(t') - L(t))          (divided by L_ref(inf))
+        r_k = gamma * phi(t') - phi(t)  -  (L(t') - L(t)) / L_ref(inf)
 
-    i.e. how many fewer units the agent keeps in the system than the reference did over the
-    same stretch of time. ``L_ref(clock)`` is a potential (a function of the state through its
-    clock), so this is potential-based shaping (Ng, Harada and Russell, ICML 1999): it leaves
-    the optimal policies of the undiscounted task unchanged. At the episode's end the potential
-    is set to ``L_ref(inf)`` (the terminal reward adds ``L_ref(inf) - L_ref(t_end)``), so the
-    return of an episode that drains is exactly ``1 - L / L_ref``: the relative latency
-    saving over the reference. What it removes is the reward's dependence on the arrivals (a
-    burst raises the agent's and the reference's counts alike): the input-driven variance of
-    Mao et al., "Variance Reduction for Reinforcement Learning in Input-Driven Environments",
-    ICLR 2019, here with the reference's run as the input-dependent baseline.
+    With ``gamma = 1`` that is how many fewer units the agent keeps in the system than the
+    reference did over the same stretch of time. ``phi`` is a function of the state (through
+    its clock), so this is potential-based shaping (Ng, Harada and Russell, ICML 1999, Theorem
+    1): a learner discounting by ``gamma`` has the same optimal policies as without it, which
+    holds only with the learner's own ``gamma`` in the formula (with ``gamma = 1`` and a
+    discounting learner, the leftover ``(1 - gamma) * phi`` per step would pay for making more
+    decisions). What it removes is the reward's dependence on the arrivals (a burst raises the
+    agent's and the reference's counts alike): the input-driven variance of Mao et al.,
+    "Variance Reduction for Reinforcement Learning in Input-Driven Environments", ICLR 2019,
+    here with the reference's run as the input-dependent baseline.
+
+    At the end of an episode, the potential of the terminal state is ``phi(inf) = 1`` with
+    ``gamma = 1``, so the return of an episode that drains is exactly ``1 - L / L_ref``, the
+    relative latency saving over the reference; with ``gamma < 1`` it is 0 (an absorbing
+    state's potential must be 0 for the discounted invariance).
 
     Args:
         curve: The reference run's ``LatencyCurve``; ``curve.total`` must be positive.
         start: The agent's clock at ``reset``.
+        gamma: The learner's discount factor, in (0, 1].
     """
 
-    def __init__(self, curve: LatencyCurve, start: float) -> None:
+    def __init__(self, curve: LatencyCurve, start: float, gamma: float = 1.0) -> None:
         if not curve.total > 0:
             raise ValueError(
                 f"the reference run's total latency is {curve.total}: nothing to scale"
             )
+        if not 0.0 < gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         self.curve = curve
-        self._clock = start
-        self._ref_at = curve(start)
+        self.gamma = gamma
+        self._phi = curve(start) / curve.total
 
     def reward(self, latency_area: float, clock: float, terminated: bool) -> float:
         """The shaped reward of a step whose unscaled latency area is ``latency_area``."""
-        drained = terminated and self.curve.num_open == 0
-        ref_now = self.curve.total if drained else self.curve(clock)
-        delta_ref = ref_now - self._ref_at
-        self._clock, self._ref_at = clock, ref_now
-        return (delta_ref - latency_area) / self.curve.total
+        phi = self.curve(clock) / self.curve.total
+        if terminated and self.gamma < 1.0:
+            phi = 0.0
+        elif terminated and self.curve.num_open == 0:
+            phi = 1.0
+        shaped = self.gamma * phi - self._phi - latency_area / self.curve.total
+        self._phi = phi
+        return shaped

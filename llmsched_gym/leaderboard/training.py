@@ -203,6 +203,8 @@ class TrainWorkloadEnv(gym.Env):
         stride: Number of environments sharing the cycle.
         baseline: Policy whose run on each workload shapes the reward; ``None``: the task's
             reward unchanged.
+        gamma: The learner's discount factor, for the shaping (``ReferenceShaping``): with
+            ``gamma < 1`` the optimal policies are kept only if it is the learner's own.
         unbounded_scores: Priority only: declare the scores ``Box(-SCORE_BOUND, SCORE_BOUND)``
             (SB3 needs finite bounds) instead of the task's ``Box(-1, 1)``. SB3 clips actions
             into the action space before stepping (and in ``predict``); Priority takes any
@@ -219,6 +221,7 @@ class TrainWorkloadEnv(gym.Env):
         start: int = 0,
         stride: int = 1,
         baseline: str | None = None,
+        gamma: float = 1.0,
         unbounded_scores: bool = False,
         **env_kwargs: Any,
     ) -> None:
@@ -227,6 +230,7 @@ class TrainWorkloadEnv(gym.Env):
         self._kwargs = env_kwargs
         self._task = workloads.suite.task(workloads.task)
         self.baseline = _check_baseline(baseline, self._task, env_kwargs)
+        self.gamma = gamma
         self._curves: dict[str, Any] = {}
         self._shaping: Any = None
         self._area = 0.0
@@ -268,7 +272,7 @@ class TrainWorkloadEnv(gym.Env):
         if self.baseline is not None:
             from llmsched_gym.envs.shaping import ReferenceShaping
 
-            self._shaping = ReferenceShaping(self._curve(w), info["time_s"])
+            self._shaping = ReferenceShaping(self._curve(w), info["time_s"], self.gamma)
             self._area = 0.0
         return obs, {**info, "workload": w.id}
 

@@ -129,3 +129,28 @@ def test_unbounded_scores_keep_their_order(workloads) -> None:
         TrainWorkloadEnv(
             TrainWorkloads(suite, "Select", ["capped-knee"], ["sharegpt"]), unbounded_scores=True
         )
+
+
+def test_discounted_shaping_shifts_every_discounted_return_by_the_start_potential(
+    workloads,
+) -> None:
+    """With the learner's gamma: sum_k g^k r'_k = sum_k g^k r_k / L_ref - phi(t_0) exactly,
+    whatever the policy (Ng et al. 1999), so the ranking of policies is unchanged."""
+    gamma = 0.99
+    env = TrainWorkloadEnv(workloads, baseline="reference", gamma=gamma)
+    rng = np.random.default_rng(11)
+    _, info = env.reset(seed=0)
+    total = env._curve(env.workload).total
+    phi0 = env._curve(env.workload)(info["time_s"]) / total
+    shaped = plain = 0.0
+    k = 0
+    while True:
+        _, r, terminated, truncated, info = env.step(rng.uniform(-1, 1, 16).astype(np.float32))
+        shaped += gamma**k * r
+        plain += gamma**k * -info["latency_area_s"] / total
+        k += 1
+        if terminated or truncated:
+            break
+    assert shaped == pytest.approx(plain - phi0, abs=1e-9)
+    with pytest.raises(ValueError, match="gamma must be in"):
+        ReferenceShaping(env._curve(env.workload), 0.0, gamma=0.0)
