@@ -184,36 +184,45 @@ def committed_rows(task: Any, method: str, workload_ids: set[str]) -> list[dict[
     return [r for r in read_results(path) if r["workload"] in workload_ids]
 
 
-def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
-    """Train one seed, write the submission folder and the learning curve; the train record."""
-    import torch
-    from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+def make_envs(cfg: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
+    """``(suite, train workloads, n_envs TrainWorkloadEnvs)`` as the config asks.
 
+    The reward shaping gets the learner's own gamma (SB3's default 0.99 when the config
+    leaves it out): potential-based shaping keeps the optimal policies only with it.
+    """
     from llmsched_gym.leaderboard.suite import load_suite
     from llmsched_gym.leaderboard.training import TrainWorkloadEnv, TrainWorkloads
 
-    torch.set_num_threads(1)  # small networks: one thread is fastest and leaves a core free
-    started, cpu_started = time.perf_counter(), time.process_time()
     suite = load_suite(cfg["suite"])
     workloads = TrainWorkloads(
         suite, cfg["task"], cfg["train"]["scenarios"], cfg["train"]["sources"]
     )
     n = cfg["n_envs"]
     kwargs = {"work_conserving": True} if cfg["work_conserving"] else {}
-    baseline = cfg["reward_baseline"]
     envs = [
         TrainWorkloadEnv(
             workloads,
             start=i,
             stride=n,
-            baseline=baseline,
-            gamma=cfg["hyperparams"].get("gamma", 0.99),  # SB3's default
+            baseline=cfg["reward_baseline"],
+            gamma=cfg["hyperparams"].get("gamma", 0.99),
             unbounded_scores=cfg["unbounded_scores"],
             **kwargs,
         )
         for i in range(n)
     ]
+    return suite, workloads, envs
+
+
+def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
+    """Train one seed, write the submission folder and the learning curve; the train record."""
+    import torch
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    torch.set_num_threads(1)  # small networks: one thread is fastest and leaves a core free
+    started, cpu_started = time.perf_counter(), time.process_time()
+    suite, workloads, envs = make_envs(cfg)
     monitors = [Monitor(e) for e in envs]  # raw episode returns, before any normalisation
     venv = DummyVecEnv([lambda m=m: m for m in monitors])
     venv.seed(seed)

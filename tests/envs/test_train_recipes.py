@@ -137,3 +137,19 @@ def test_resume_reads_finished_seeds_instead_of_retraining(tmp_path, capsys) -> 
     summary = (tmp_path / "summary.md").read_text()
     assert "maskable-ppo-select seed 0 | 1.140" in summary
     assert not (tmp_path / "seed0" / "model.zip").exists()  # nothing was trained
+
+
+def test_shaped_recipe_builds_its_envs_with_the_learners_gamma() -> None:
+    """The shaping takes the config's gamma (Ng et al.: only the learner's own keeps the
+    optimal policies), the baseline is the task's reference, and the scores are not clipped."""
+    train = _train()
+    cfg = train.load_config(ROOT / "configs" / "ppo-priority-shaped.yaml")
+    _, workloads, envs = train.make_envs(cfg)
+    assert len(envs) == cfg["n_envs"] == 8
+    assert {e.gamma for e in envs} == {cfg["hyperparams"]["gamma"]} == {1.0}
+    assert {e.baseline for e in envs} == {"vllm-v1"}
+    assert envs[0].action_space.high[0] > 1
+    seen = [w for e in envs for w in [next(e._source)]]
+    assert len({w.id for w in seen}) == 8  # the environments split the train cycle
+    plain = train.load_config(ROOT / "configs" / "ppo-priority.yaml")
+    assert train.make_envs(plain)[2][0].baseline is None
