@@ -57,6 +57,8 @@ CONFIG_KEYS = {
     "compare": list,
     "target": dict,
     "work_conserving": bool,
+    "reward_baseline": str,
+    "unbounded_scores": bool,
 }
 REQUIRED = ("task", "algorithm", "policy", "timesteps", "train", "eval")
 ALGORITHMS = {"PPO": "stable_baselines3", "MaskablePPO": "sb3_contrib"}
@@ -117,6 +119,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
     data.setdefault("policy_kwargs", {})
     data.setdefault("compare", [])
     data.setdefault("work_conserving", False)
+    data.setdefault("reward_baseline", None)
+    data.setdefault("unbounded_scores", False)
+    if data["unbounded_scores"] and data["task"] != "Priority":
+        raise ConfigError(f"{path}: unbounded_scores is a Priority option, not {data['task']}'s")
     data["name"] = path.stem
     return data
 
@@ -178,24 +184,45 @@ def committed_rows(task: Any, method: str, workload_ids: set[str]) -> list[dict[
     return [r for r in read_results(path) if r["workload"] in workload_ids]
 
 
-def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
-    """Train one seed, write the submission folder and the learning curve; the train record."""
-    import torch
-    from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+def make_envs(cfg: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
+    """``(suite, train workloads, n_envs TrainWorkloadEnvs)`` as the config asks.
 
+    The reward shaping gets the learner's own gamma (SB3's default 0.99 when the config
+    leaves it out): potential-based shaping keeps the optimal policies only with it.
+    """
     from llmsched_gym.leaderboard.suite import load_suite
     from llmsched_gym.leaderboard.training import TrainWorkloadEnv, TrainWorkloads
 
-    torch.set_num_threads(1)  # small networks: one thread is fastest and leaves a core free
-    started, cpu_started = time.perf_counter(), time.process_time()
     suite = load_suite(cfg["suite"])
     workloads = TrainWorkloads(
         suite, cfg["task"], cfg["train"]["scenarios"], cfg["train"]["sources"]
     )
     n = cfg["n_envs"]
     kwargs = {"work_conserving": True} if cfg["work_conserving"] else {}
-    envs = [TrainWorkloadEnv(workloads, start=i, stride=n, **kwargs) for i in range(n)]
+    envs = [
+        TrainWorkloadEnv(
+            workloads,
+            start=i,
+            stride=n,
+            baseline=cfg["reward_baseline"],
+            gamma=cfg["hyperparams"].get("gamma", 0.99),
+            unbounded_scores=cfg["unbounded_scores"],
+            **kwargs,
+        )
+        for i in range(n)
+    ]
+    return suite, workloads, envs
+
+
+def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
+    """Train one seed, write the submission folder and the learning curve; the train record."""
+    import torch
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    torch.set_num_threads(1)  # small networks: one thread is fastest and leaves a core free
+    started, cpu_started = time.perf_counter(), time.process_time()
+    suite, workloads, envs = make_envs(cfg)
     monitors = [Monitor(e) for e in envs]  # raw episode returns, before any normalisation
     venv = DummyVecEnv([lambda m=m: m for m in monitors])
     venv.seed(seed)
@@ -213,7 +240,7 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     folder.mkdir(parents=True, exist_ok=True)
     model.save(folder / "model.zip")
-    curve = _learning_curve(monitors, folder, f"{cfg['name']} seed {seed} ({cfg['task']})")
+    curve = _learning_curve(monitors, envs, folder, f"{cfg['name']} seed {seed} ({cfg['task']})")
     name = cfg["algorithm"]
     write_sb3_submission(
         folder,
@@ -251,11 +278,16 @@ CITATIONS = {
 }
 
 
-def _learning_curve(monitors: list[Any], folder: Path, title: str) -> list[dict[str, Any]]:
+def _learning_curve(
+    monitors: list[Any], envs: list[Any], folder: Path, title: str
+) -> list[dict[str, Any]]:
     """Every training episode's return against environment steps; CSV and PNG in ``folder``.
 
     The environments step in lockstep, so an episode of environment ``i`` that ends after its
-    ``t``-th step ends at about ``t * n_envs`` steps in all.
+    ``t``-th step ends at about ``t * n_envs`` steps in all. With a reward baseline the
+    episode's return is the shaped one, and a second panel shows ``vs_reference``: the
+    baseline's total latency over the agent's on the same workload (above 1: better), which,
+    unlike the return, does not move with how loaded each train workload is.
     """
     import matplotlib
 
@@ -265,23 +297,32 @@ def _learning_curve(monitors: list[Any], folder: Path, title: str) -> list[dict[
     import pandas as pd
 
     rows = []
-    for i, m in enumerate(monitors):
+    for i, (m, env) in enumerate(zip(monitors, envs, strict=True)):
         ends = np.cumsum(m.get_episode_lengths()) * len(monitors)
-        for step, ret in zip(ends, m.get_episode_rewards(), strict=True):
-            rows.append({"env": i, "timesteps": int(step), "return": float(ret)})
+        ratios = list(getattr(env, "ratios", []))
+        for j, (step, ret) in enumerate(zip(ends, m.get_episode_rewards(), strict=True)):
+            ratio = ratios[j] if env.baseline is not None and j < len(ratios) else float("nan")
+            row = {"env": i, "timesteps": int(step), "return": float(ret), "vs_reference": ratio}
+            rows.append(row)
     rows.sort(key=lambda r: (r["timesteps"], r["env"]))
-    frame = pd.DataFrame(rows, columns=["env", "timesteps", "return"])
+    frame = pd.DataFrame(rows, columns=["env", "timesteps", "return", "vs_reference"])
     frame.to_csv(folder / "learning_curve.csv", index=False)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if len(frame):
-        ax.plot(frame["timesteps"], frame["return"], ".", alpha=0.35, label="episode")
-        window = max(1, len(frame) // 20)
-        smooth = frame["return"].rolling(window, min_periods=1).mean()
-        ax.plot(frame["timesteps"], smooth, "-", label=f"running mean of {window}")
-        ax.legend()
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("episode return (train workloads)")
-    ax.set_title(f"Learning curve: {title}")
+    panels = [("return", "episode return (train workloads)")]
+    if frame["vs_reference"].notna().any():
+        panels.append(("vs_reference", f"{envs[0].baseline} latency / agent's (same workload)"))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 3.2 * len(panels)), squeeze=False)
+    for ax, (column, label) in zip(axes[:, 0], panels, strict=True):
+        if len(frame):
+            window = max(1, len(frame) // 20)
+            ax.plot(frame["timesteps"], frame[column], ".", alpha=0.35, label="episode")
+            smooth = frame[column].rolling(window, min_periods=1).mean()
+            ax.plot(frame["timesteps"], smooth, "-", label=f"running mean of {window}")
+            ax.legend()
+        if column == "vs_reference":
+            ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(label)
+    axes[0, 0].set_title(f"Learning curve: {title}")
     fig.tight_layout()
     fig.savefig(folder / "learning_curve.png", dpi=110)
     plt.close(fig)

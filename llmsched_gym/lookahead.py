@@ -104,14 +104,9 @@ class LookaheadAgent:
             raise ConfigError(f"LookaheadAgent: task must be one of {list(TASKS)}, got {task!r}")
         self.task = task
         base = BASES.get(task, "vllm-v1") if base is None else base
-        if task == "Route":
-            from llmsched_gym.cluster.routers import list_routers
+        from llmsched_gym.cluster.routers import registered_policies
 
-            known, what = list_routers(), "router"
-        else:
-            from llmsched_gym.policies.registry import list_policies
-
-            known, what = list_policies(), "scheduler"
+        known, what = registered_policies(task == "Route")
         if base not in known:
             raise ConfigError(
                 f"LookaheadAgent: base {base!r} is not a registered {what} for {task} (see "

@@ -54,6 +54,7 @@ __all__ = [
     "list_routers",
     "make_router",
     "register_router",
+    "registered_policies",
     "router_name",
 ]
 
@@ -542,6 +543,18 @@ def list_routers() -> dict[str, str]:
     """Registered router names with one-line descriptions."""
     _load_reference_routers()
     return {name: help for name, (_, help) in _REGISTRY.items()}
+
+
+def registered_policies(router: bool) -> tuple[dict[str, str], str]:
+    """The built-in routers (``router``) or registered schedulers, and which of the two.
+
+    For checking a policy name a user gave for a task: ``(names with descriptions, what)``.
+    """
+    if router:
+        return list_routers(), "router"
+    from llmsched_gym.policies.registry import list_policies
+
+    return list_policies(), "scheduler"
 
 
 def make_router(name: str, **kwargs: Any) -> Any:

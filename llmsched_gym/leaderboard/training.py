@@ -14,15 +14,24 @@ workload seed (``scenario.seed + seed``, ``LLMSchedEnv.reset``) is the workload'
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.leaderboard.suite import TASK_ENVS, Suite, Workload
 
-__all__ = ["TrainWorkloadEnv", "TrainWorkloads", "check_train", "env_class", "reset_seed"]
+__all__ = [
+    "TrainWorkloadEnv",
+    "TrainWorkloads",
+    "baseline_curve",
+    "check_train",
+    "env_class",
+    "reset_seed",
+]
 
 
 def check_train(workload: Workload) -> Workload:
@@ -44,6 +53,53 @@ def env_class(task: str) -> type:
 def reset_seed(workload: Workload, scenario: Any) -> int:
     """The ``reset(seed=...)`` that makes the environment run ``workload``'s own seed."""
     return workload.seed - scenario.seed
+
+
+SCORE_BOUND = 1e6
+"""The bound of ``TrainWorkloadEnv(unbounded_scores=True)``'s scores: far beyond any score a
+row-scoring network produces, so nothing is clipped in practice."""
+
+_CHANGES_WORKLOAD = ("max_requests", "max_sim_time_s", "scenario_overrides", "reward")
+
+
+def _check_baseline(baseline: str | None, task: Any, env_kwargs: dict[str, Any]) -> str | None:
+    """The baseline policy's name (``"reference"``: the task's), checked; ``None`` if none."""
+    if baseline is None:
+        return None
+    name = task.reference if baseline == "reference" else baseline
+    from llmsched_gym.cluster.routers import registered_policies
+
+    known, what = registered_policies(task.interface == "router")
+    if name not in known:
+        raise ConfigError(
+            f"reward baseline {baseline!r}: not a registered {what} for task {task.name} "
+            f"(known: {', '.join(sorted(known))}, or 'reference' for {task.reference})"
+        )
+    clash = sorted(k for k in _CHANGES_WORKLOAD if k in env_kwargs)
+    if clash:
+        raise ConfigError(
+            f"a reward baseline runs the workload as the harness does; {clash} would make the "
+            "agent's episodes differ from the baseline's run"
+        )
+    return name
+
+
+def baseline_curve(policy: str, task: Any, workload: Workload) -> Any:
+    """The ``LatencyCurve`` of built-in ``policy`` run on ``workload`` as the harness runs it."""
+    from llmsched_gym.envs.shaping import LatencyCurve
+
+    scenario = workload.scenario()
+    if task.interface == "router":
+        result = scenario.simulate(router=policy, seed=workload.seed)
+    else:
+        result = scenario.simulate(policy, seed=workload.seed)
+    requests = result.requests
+    if requests["job_id"].notna().any():
+        raise ConfigError(
+            f"{workload.id} has jobs: a reward baseline needs request-level units (the latency "
+            "reward of a job workload counts jobs)"
+        )
+    return LatencyCurve.from_requests(requests)
 
 
 class TrainWorkloads:
@@ -88,6 +144,7 @@ class TrainWorkloads:
                 "scenario id that is not the task's, or a test-only source); see "
                 f"'llmsched-gym leaderboard list --task {self.task}'"
             )
+        self.suite = suite
         self.groups = groups
         self.per_group = per_group
 
@@ -132,25 +189,67 @@ class TrainWorkloadEnv(gym.Env):
     workload fixes the episode. Spaces are the task environment's (the same for every
     scenario, as ``top_k`` is fixed).
 
+    With ``baseline`` (a built-in scheduler or router name, or ``"reference"`` for the task's
+    reference), the latency reward is shaped by that policy's run on the same workload
+    (``llmsched_gym.envs.shaping.ReferenceShaping``): each step's reward is the agent's latency
+    saving over the baseline at the same clock, divided by the baseline's total latency, so the
+    return of a drained episode is ``1 - L / L_ref``. The baseline is run once per workload (the
+    harness's own ``scenario.simulate``) and cached. ``info["reward_unshaped"]`` holds the task's
+    reward, and ``ratios`` the baseline's total latency over the agent's, per finished episode.
+
     Args:
         workloads: Where the train workloads come from.
         start: This environment's offset in the cycle.
         stride: Number of environments sharing the cycle.
+        baseline: Policy whose run on each workload shapes the reward; ``None``: the task's
+            reward unchanged.
+        gamma: The learner's discount factor, for the shaping (``ReferenceShaping``): with
+            ``gamma < 1`` the optimal policies are kept only if it is the learner's own.
+        unbounded_scores: Priority only: declare the scores ``Box(-SCORE_BOUND, SCORE_BOUND)``
+            (SB3 needs finite bounds) instead of the task's ``Box(-1, 1)``. SB3 clips actions
+            into the action space before stepping (and in ``predict``); Priority takes any
+            finite score and only their order matters, so clipping changes nothing but ties
+            every score beyond +-1 (row order decides among them, i.e. FCFS) and leaves the
+            clipped scores without a gradient back. A model trained so keeps the wide space,
+            and the task environment takes its scores as they are at evaluation too.
         **env_kwargs: Passed to the task environment (e.g. ``top_k``).
     """
 
     def __init__(
-        self, workloads: TrainWorkloads, start: int = 0, stride: int = 1, **env_kwargs: Any
+        self,
+        workloads: TrainWorkloads,
+        start: int = 0,
+        stride: int = 1,
+        baseline: str | None = None,
+        gamma: float = 1.0,
+        unbounded_scores: bool = False,
+        **env_kwargs: Any,
     ) -> None:
         self._cls = env_class(workloads.task)
         self._source = workloads.cycle(start, stride)
         self._kwargs = env_kwargs
+        self._task = workloads.suite.task(workloads.task)
+        self.baseline = _check_baseline(baseline, self._task, env_kwargs)
+        self.gamma = gamma
+        self._curves: dict[str, Any] = {}
+        self._shaping: Any = None
+        self._area = 0.0
+        self.ratios: list[float] = []
+        """Per episode (with a baseline): the baseline's total latency over the agent's; NaN if
+        the episode was truncated."""
         self._envs: dict[tuple[str, str], Any] = {}
         self.workload: Workload | None = None
         first = next(iter(workloads.groups.values()))[0]
         self.env = self._env_for(first)
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
+        if unbounded_scores:
+            if self._task.name != "Priority":
+                raise ConfigError(
+                    f"unbounded_scores is for Priority's scores, not task {self._task.name}"
+                )
+            shape = self.action_space.shape
+            self.action_space = gym.spaces.Box(-SCORE_BOUND, SCORE_BOUND, shape, np.float32)
         self.seen: list[Workload] = []
         """The workloads of the episodes started so far, in order."""
 
@@ -170,11 +269,33 @@ class TrainWorkloadEnv(gym.Env):
         self.env = self._env_for(w)
         self.seen.append(w)
         obs, info = self.env.reset(seed=reset_seed(w, self.env.scenario), options=options)
+        if self.baseline is not None:
+            from llmsched_gym.envs.shaping import ReferenceShaping
+
+            self._shaping = ReferenceShaping(self._curve(w), info["time_s"], self.gamma)
+            self._area = 0.0
         return obs, {**info, "workload": w.id}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """One step of the current workload's environment."""
-        return self.env.step(action)
+        """One step of the current workload's environment (its reward shaped by the baseline)."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._shaping is None:
+            return obs, reward, terminated, truncated, info
+        area = info["latency_area_s"]
+        self._area += area
+        shaped = self._shaping.reward(area, info["time_s"], terminated)
+        if terminated or truncated:  # one entry per episode, NaN where it did not drain
+            drained = terminated and self._area > 0
+            self.ratios.append(self._shaping.curve.total / self._area if drained else math.nan)
+        return obs, shaped, terminated, truncated, {**info, "reward_unshaped": reward}
+
+    def _curve(self, w: Workload) -> Any:
+        """The baseline's ``LatencyCurve`` on workload ``w`` (run once, then cached)."""
+        curve = self._curves.get(w.id)
+        if curve is None:
+            curve = baseline_curve(self.baseline, self._task, w)
+            self._curves[w.id] = curve
+        return curve
 
     def action_masks(self) -> Any:
         """The task environment's action masks (MaskablePPO), where it has them."""

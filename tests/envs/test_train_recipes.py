@@ -66,6 +66,16 @@ def test_bad_configs_name_the_problem(tmp_path) -> None:
         ({"policy": "MaskableRowScorePolicy"}, "MaskableRowScorePolicy goes with MaskablePPO"),
         ({"train": {"scenarios": [], "sources": ["sharegpt"]}}, "train.scenarios must be a"),
         ({"work_conserving": True}, "work_conserving is a Select option, not Priority's"),
+        ({"reward_baseline": 1}, "reward_baseline must be a str"),
+        (
+            {
+                "task": "Select",
+                "algorithm": "MaskablePPO",
+                "policy": "MaskableRowScorePolicy",
+                "unbounded_scores": True,
+            },
+            "unbounded_scores is a Priority option, not Select's",
+        ),
     ]
     for i, (change, message) in enumerate(cases):
         path = tmp_path / f"c{i}.yaml"
@@ -102,7 +112,7 @@ def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     assert f"python baselines/train.py baselines/configs/{name}.yaml --seeds 0" in policy_py
     assert (tmp_path / "seed0" / "learning_curve.png").stat().st_size > 0
     header = (tmp_path / "seed0" / "learning_curve.csv").read_text().splitlines()[0]
-    assert header == "env,timesteps,return"
+    assert header == "env,timesteps,return,vs_reference"
 
 
 def test_resume_reads_finished_seeds_instead_of_retraining(tmp_path, capsys) -> None:
@@ -127,3 +137,19 @@ def test_resume_reads_finished_seeds_instead_of_retraining(tmp_path, capsys) -> 
     summary = (tmp_path / "summary.md").read_text()
     assert "maskable-ppo-select seed 0 | 1.140" in summary
     assert not (tmp_path / "seed0" / "model.zip").exists()  # nothing was trained
+
+
+def test_shaped_recipe_builds_its_envs_with_the_learners_gamma() -> None:
+    """The shaping takes the config's gamma (Ng et al.: only the learner's own keeps the
+    optimal policies), the baseline is the task's reference, and the scores are not clipped."""
+    train = _train()
+    cfg = train.load_config(ROOT / "configs" / "ppo-priority-shaped.yaml")
+    _, workloads, envs = train.make_envs(cfg)
+    assert len(envs) == cfg["n_envs"] == 8
+    assert {e.gamma for e in envs} == {cfg["hyperparams"]["gamma"]} == {1.0}
+    assert {e.baseline for e in envs} == {"vllm-v1"}
+    assert envs[0].action_space.high[0] > 1
+    seen = [w for e in envs for w in [next(e._source)]]
+    assert len({w.id for w in seen}) == 8  # the environments split the train cycle
+    plain = train.load_config(ROOT / "configs" / "ppo-priority.yaml")
+    assert train.make_envs(plain)[2][0].baseline is None
