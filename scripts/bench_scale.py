@@ -20,6 +20,7 @@ import json
 import resource
 import sys
 import time
+from pathlib import Path
 
 from llmsched_gym.cluster import InstanceSpec, run_cluster
 
@@ -88,6 +89,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = ap.parse_args(argv)
+    if args.json:  # before the minutes of the run, not after them
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            ap.error(f"--json {args.json}: cannot create its folder ({exc.strerror})")
 
     c0 = cpu_s()
     specs = workload(args.source, args.duration_s, args.rate, args.seed)
