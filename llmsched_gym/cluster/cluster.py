@@ -509,9 +509,21 @@ class Cluster:
         return None
 
     @cython.locals(
-        engine=Engine, i=cython.long, j=cython.long, n=cython.long, times=list, instances=list,
-        s=cython.double, tj=cython.double, counts=object, views=list, view=InstanceView,
-        arrivals=list, k=cython.long, t_list=cython.double, from_list=cython.bint,
+        engine=Engine,
+        i=cython.long,
+        j=cython.long,
+        n=cython.long,
+        times=list,
+        instances=list,
+        s=cython.double,
+        tj=cython.double,
+        counts=object,
+        views=list,
+        view=InstanceView,
+        arrivals=list,
+        k=cython.long,
+        t_list=cython.double,
+        from_list=cython.bint,
     )
     def _advance(self) -> bool:
         """Advance engines until a request awaits routing (``_pending``); False at the end."""
@@ -706,7 +718,11 @@ class Cluster:
         self._counts = counts
 
     @cython.locals(
-        counts=cython.long[:], i=cython.long, best=cython.long, n=cython.long, low=cython.long,
+        counts=cython.long[:],
+        i=cython.long,
+        best=cython.long,
+        n=cython.long,
+        low=cython.long,
         c=cython.long,
     )
     def _least_requests(self) -> int:

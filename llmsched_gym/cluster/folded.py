@@ -58,8 +58,10 @@ class Column:
         return self.view().astype(dtype)
 
     def view(self) -> Any:
-        """The whole column as a numpy array over ``data`` (no copy; ``data`` cannot grow while
-        the array lives: drop it before appending)."""
+        """The whole column as a numpy array over ``data``, without a copy.
+
+        ``data`` cannot grow while the array lives: drop it before appending.
+        """
         import numpy as np
 
         self.flush()

@@ -133,7 +133,9 @@ def _nan(value: float | None) -> float:
     return np.nan if value is None else value
 
 
-def _merge_pd(raw: dict[str, Any], specs: list, rows: list[int], handoffs: dict, gaps: list) -> None:
+def _merge_pd(
+    raw: dict[str, Any], specs: list, rows: list[int], handoffs: dict, gaps: list
+) -> None:
     """Rewrite decode instances' rows as whole requests (prefill part + decode part)."""
     first_token = raw[RC.FIRST_TOKEN_TIME_S.value]
     for k in rows:

@@ -144,8 +144,17 @@ def _item_pass(
 
 
 @cython.locals(
-    head=cython.double, per_kv=cython.double, tail=cython.double, last=cython.double, m=cython.long, n=cython.long, k=cython.long,
-    j=cython.long, now=cython.double, stop=cython.double, d=cython.double,
+    head=cython.double,
+    per_kv=cython.double,
+    tail=cython.double,
+    last=cython.double,
+    m=cython.long,
+    n=cython.long,
+    k=cython.long,
+    _j=cython.long,
+    now=cython.double,
+    stop=cython.double,
+    d=cython.double,
 )
 def affine_decode_series(
     head: float,
@@ -164,7 +173,8 @@ def affine_decode_series(
     float(decode_kv) + tail + last``: the terms before and after the decode-attention one, each
     summed once by the caller in its ``step_time``'s order, so each duration is that model's
     ``step_time`` bit for bit (a model without terms after it passes 0.0: adding 0.0 to a
-    duration, never -0.0, changes no bit). Steps are taken while they start before ``stop``. Compiled, this is one C loop per stretch (96% of a long cluster run's steps).
+    duration, never -0.0, changes no bit). Steps are taken while they start before ``stop``.
+    Compiled, this is one C loop per stretch (96% of a long cluster run's steps).
 
     Returns:
         ``(durations, starts)`` with ``len(starts) == len(durations) + 1``.
@@ -173,7 +183,7 @@ def affine_decode_series(
     starts = [start]
     now = start
     m = m0
-    for j in range(k):
+    for _j in range(k):
         if now >= stop:
             break
         d = head + per_kv * float(m) + tail + last

@@ -91,7 +91,9 @@ def test_run_routes_by_kept_request_counts_as_the_router_does(monkeypatch) -> No
     for cluster in (ran, driven):
         cluster.sync()
     outcome = [
-        sorted((r.request_id, x.index, r.finish_time) for x in c.instances for r in x.engine.finished)
+        sorted(
+            (r.request_id, x.index, r.finish_time) for x in c.instances for r in x.engine.finished
+        )
         for c in (ran, driven)
     ]
     assert outcome[0] == outcome[1] and len(outcome[0]) == len(specs)
