@@ -299,9 +299,8 @@ def _learning_curve(
     rows = []
     for i, (m, env) in enumerate(zip(monitors, envs, strict=True)):
         ends = np.cumsum(m.get_episode_lengths()) * len(monitors)
-        ratios = list(getattr(env, "ratios", []))
         for j, (step, ret) in enumerate(zip(ends, m.get_episode_rewards(), strict=True)):
-            ratio = ratios[j] if env.baseline is not None and j < len(ratios) else float("nan")
+            ratio = env.ratios[j] if j < len(env.ratios) else float("nan")  # [] without baseline
             row = {"env": i, "timesteps": int(step), "return": float(ret), "vs_reference": ratio}
             rows.append(row)
     rows.sort(key=lambda r: (r["timesteps"], r["env"]))

@@ -43,7 +43,6 @@ class LatencyCurve:
             if math.isfinite(f) and f < a:
                 raise ValueError(f"a unit finishes at {f} before it arrives at {a}")
             closed.append((a, f if math.isfinite(f) else math.inf))
-        self.num_units = len(closed)
         self.num_open = sum(1 for _, f in closed if f == math.inf)
         self.total = math.fsum(f - a for a, f in closed if f != math.inf)
         """``L(inf)`` over the units that finished: their total latency."""

@@ -219,19 +219,13 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
         return sub.policy_ref(task)
     if spec == "random":
         return PolicyRef(spec, "random", "random")
-    if task.interface == "router":
-        from llmsched_gym.cluster.routers import list_routers
+    from llmsched_gym.cluster.routers import registered_policies
 
-        if spec in list_routers():
-            return PolicyRef(spec, spec, "router")
-    else:
-        from llmsched_gym.policies.registry import list_policies
-
-        if spec in list_policies():
-            return PolicyRef(spec, spec, "scheduler")
+    known, what = registered_policies(task.interface == "router")
+    if spec in known:
+        return PolicyRef(spec, spec, what)
     if ":" in spec:
         return PolicyRef(spec, spec.rpartition(":")[2], "entry", _load_entry(spec))
-    what = "router" if task.interface == "router" else "scheduler"
     raise ConfigError(
         f"unknown policy {spec!r} for task {task.name}: not a registered {what} (see "
         f"'llmsched-gym list {what}s'), 'random', a module:factory entry point, or a "

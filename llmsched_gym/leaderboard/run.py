@@ -24,7 +24,7 @@ from typing import Any
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.leaderboard.suite import Suite, Workload
 
-__all__ = ["RESULT_COLUMNS", "VALIDATED_COLUMNS", "run_workload", "run_all"]
+__all__ = ["RESULT_COLUMNS", "VALIDATED_COLUMNS", "run_all", "run_workload", "simulate_workload"]
 
 RESULT_COLUMNS = (
     "suite",
@@ -110,6 +110,17 @@ def _base_row(workload: Workload, policy: str) -> dict[str, Any]:
     return row
 
 
+def simulate_workload(task: Any, policy: Any, workload: Workload) -> Any:
+    """``policy`` run on ``workload``'s own scenario and seed, as the harness scores it.
+
+    A scheduler, or a router where the task routes (``task.interface == "router"``).
+    """
+    scenario = workload.scenario()
+    if task.interface == "router":
+        return scenario.simulate(router=policy, seed=workload.seed)
+    return scenario.simulate(policy, seed=workload.seed)
+
+
 def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str, Any]:
     """Run ``policy_spec`` on one workload; a failure becomes a ``failed`` row, never an exception.
 
@@ -125,12 +136,8 @@ def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str
     try:
         policy = ref.build(task, workload.seed, workload)
         row["oracle"] = bool(getattr(policy, "oracle", False))
-        scenario = workload.scenario()
         with _deadline(suite.workload_limit_s):
-            if task.interface == "router":
-                result = scenario.simulate(router=policy, seed=workload.seed)
-            else:
-                result = scenario.simulate(policy, seed=workload.seed)
+            result = simulate_workload(task, policy, workload)
         wall = time.perf_counter() - t0
         summary = result.summary
         steps = int(summary.get("num_steps") or getattr(result, "num_steps", 0))

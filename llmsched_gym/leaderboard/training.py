@@ -87,13 +87,9 @@ def _check_baseline(baseline: str | None, task: Any, env_kwargs: dict[str, Any])
 def baseline_curve(policy: str, task: Any, workload: Workload) -> Any:
     """The ``LatencyCurve`` of built-in ``policy`` run on ``workload`` as the harness runs it."""
     from llmsched_gym.envs.shaping import LatencyCurve
+    from llmsched_gym.leaderboard.run import simulate_workload
 
-    scenario = workload.scenario()
-    if task.interface == "router":
-        result = scenario.simulate(router=policy, seed=workload.seed)
-    else:
-        result = scenario.simulate(policy, seed=workload.seed)
-    requests = result.requests
+    requests = simulate_workload(task, policy, workload).requests
     if requests["job_id"].notna().any():
         raise ConfigError(
             f"{workload.id} has jobs: a reward baseline needs request-level units (the latency "
