@@ -420,14 +420,23 @@ def _read_azure(text: TextIO, label: str, id_prefix: str, limit: int | None) -> 
 _MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
-def json_lines(text: TextIO, label: str) -> Iterator[tuple[int, str, Any]]:
+def json_lines(
+    text: TextIO, label: str, fast: Callable[[str], Any] | None = None
+) -> Iterator[tuple[int, str | None, Any]]:
     """Yields (line number, ``file:line`` label, parsed value) for each line of a JSONL file.
 
     Trailing blank lines are allowed; a blank line followed by another record is an error, as
-    is a line that is not valid JSON.
+    is a line that is not valid JSON. ``fast(line)``, if given, is tried first: a value other
+    than None is yielded as the line's, with the label None (the caller builds it if it needs
+    it), and the line is not decoded.
     """
     blank_line = 0
     for lineno, line in enumerate(text, start=1):
+        if fast is not None and not blank_line:
+            value = fast(line)
+            if value is not None:
+                yield lineno, None, value
+                continue
         if not line.strip():
             blank_line = blank_line or lineno
             continue

@@ -71,6 +71,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
@@ -147,6 +148,33 @@ def _plain_spec(record: dict) -> RequestSpec | None:
     ):
         return RequestSpec(request_id, arrival, prompt, output, output)
     return None
+
+
+_PLAIN_LINE = re.compile(
+    r'\{"request_id": "([^"\\\x00-\x1f]+)", '
+    r'"arrival_time": ((?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)), '
+    r'"prompt_len": ([1-9][0-9]{0,9}), "output_len": ([1-9][0-9]{0,9})\}\r?\n?'
+)
+"""A line exactly as ``save_trace`` writes the four plain fields: a JSON object of a string
+without escapes, a float (a fraction or an exponent), and two positive integers."""
+
+
+def _plain_line(line: str) -> RequestSpec | None:
+    """The spec of a trace line written as ``_PLAIN_LINE``, without decoding JSON; else None.
+
+    What ``json.loads`` then ``request_from_dict`` build from such a line (``float`` and ``int``
+    parse the same digits as ``json``; the regex admits no repeated key, escape or sign), about
+    3x faster; a value out of range returns None and takes the full checks, which name it.
+    """
+    m = _PLAIN_LINE.fullmatch(line)
+    if m is None:
+        return None
+    request_id, arrival, prompt, output = m.groups()
+    arrival = float(arrival)
+    prompt, output = int(prompt), int(output)
+    if arrival == math.inf or prompt > MAX_INT or output > MAX_INT:
+        return None
+    return RequestSpec(request_id, arrival, prompt, output, output)
 
 
 def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> RequestSpec:
@@ -362,9 +390,10 @@ def _read_contract(
     specs: list[RequestSpec] = []
     first_line: dict[str, int] = {} if lines is None else lines
     with catalog.open_text(source, label) as text:
-        for lineno, where, record in catalog.json_lines(text, label):
-            spec = request_from_dict(record, where)
+        for lineno, where, record in catalog.json_lines(text, label, _plain_line):
+            spec = record if where is None else request_from_dict(record, where)
             if spec.request_id in first_line:
+                where = where or f"{label}:{lineno}"
                 raise TraceError(
                     f"{where}: field 'request_id' must be unique, got {spec.request_id!r} "
                     f"(first used on line {first_line[spec.request_id]})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 from pathlib import Path
 
@@ -516,3 +517,74 @@ def test_shared_decoder_answers_as_json_loads(text) -> None:
             return str(err)
 
     assert outcome(_json.loads) == outcome(json.loads)
+
+
+_PLAIN_IDS = st.text(st.characters(codec="utf-8", exclude_characters='"\\'), min_size=1, max_size=8)
+_NUMBERS = st.one_of(
+    st.integers(-3, 2**31 + 3),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["1e999", "-0.0", "01", "1.", ".5", "1E+3", "2e-05", "3.0e10"]),
+)
+
+
+@given(
+    rid=_PLAIN_IDS,
+    arrival=_NUMBERS,
+    prompt=_NUMBERS,
+    output=_NUMBERS,
+    end=st.sampled_from(["\n", "\r\n", "", " \n"]),
+)
+@settings(max_examples=400, deadline=None)
+def test_plain_line_fast_path_equals_json(rid, arrival, prompt, output, end) -> None:
+    """A line the fast path reads gives the spec json + request_from_dict give; any other
+    line (escapes, signs, ints for the arrival, out-of-range values) is left to them."""
+    from llmsched_gym import _json
+    from llmsched_gym.workloads.trace import _plain_line
+
+    line = (
+        f'{{"request_id": {json.dumps(rid, ensure_ascii=False)}, "arrival_time": {arrival}, '
+        f'"prompt_len": {prompt}, "output_len": {output}}}{end}'
+    )
+    fast = _plain_line(line)
+    try:
+        slow = request_from_dict(_json.loads(line))
+    except (ValueError, TraceError):
+        slow = None  # invalid JSON or values: the fast path must not accept it
+    if fast is not None:
+        assert fast == slow
+        assert type(fast.arrival_time) is float and type(fast.prompt_len) is int
+    plain = (
+        (
+            (type(arrival) is float and math.copysign(1.0, arrival) > 0)
+            or arrival in ("1E+3", "2e-05", "3.0e10")  # JSON floats by their exponent
+        )
+        and all(type(n) is int and 1 <= n < 2**31 for n in (prompt, output))
+        and "\\" not in json.dumps(rid, ensure_ascii=False)
+        and end != " \n"
+    )
+    assert (fast is not None) == plain  # what save_trace writes takes the fast path
+
+
+def test_plain_lines_and_full_lines_mix(tmp_path: Path) -> None:
+    """save_trace's plain lines take the fast path, others the full checks, in one file; the
+    errors still name the line (a duplicate id found on a fast line)."""
+    specs = [
+        RequestSpec("a", 0.5, 3, 4, 4),
+        RequestSpec("b", 1.0, 5, 6, 9),  # max_tokens: a fifth field, full checks
+        RequestSpec("ünï", 2e-5, 7, 8, 8),  # escaped by save_trace: full checks
+        RequestSpec("d", 1e16, 9, 10, 10),
+    ]
+    path = save_trace(specs, tmp_path / "t.jsonl")
+    assert load_trace(path) == sorted(specs, key=lambda s: s.arrival_time)
+    path.write_text(
+        path.read_text()
+        + '{"request_id": "a", "arrival_time": 3.0, "prompt_len": 1, "output_len": 1}\n'
+    )
+    with pytest.raises(TraceError, match=r"t\.jsonl:5: field 'request_id' must be unique.*line 1"):
+        load_trace(path)
+    path.write_text(
+        '{"request_id": "a", "arrival_time": 0.5, "prompt_len": 3, "output_len": 4}\n\n'
+        '{"request_id": "b", "arrival_time": 0.5, "prompt_len": 3, "output_len": 4}\n'
+    )
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: empty line in the middle"):
+        load_trace(path)
