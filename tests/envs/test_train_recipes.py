@@ -153,3 +153,25 @@ def test_shaped_recipe_builds_its_envs_with_the_learners_gamma() -> None:
     assert len({w.id for w in seen}) == 8  # the environments split the train cycle
     plain = train.load_config(ROOT / "configs" / "ppo-priority.yaml")
     assert train.make_envs(plain)[2][0].baseline is None
+
+
+def _probe_eval():
+    spec = importlib.util.spec_from_file_location("llmsched_probe_eval", ROOT / "probe_eval.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probe_eval_scores_a_folder_on_train_workloads(capsys) -> None:
+    """probe_eval runs a submission folder on train workloads past --skip (never test ones) and
+    prints its ratios against vllm-v1; a bad count is refused."""
+    probe_eval = _probe_eval()
+    folder = Path(__file__).resolve().parents[2] / "leaderboards" / "select" / "maskable-ppo-shaped"
+    with pytest.raises(SystemExit):
+        probe_eval.main([str(folder), "--task", "Select", "--scenario", "capped-overload",
+                         "--sources", "sharegpt", "--count", "0"])  # fmt: skip
+    out = probe_eval.main([str(folder), "--task", "Select", "--scenario", "capped-overload",
+                           "--sources", "sharegpt", "--skip", "3", "--count", "1"])  # fmt: skip
+    (ratios,) = out.values()
+    assert len(ratios) == 1 and 0.5 < ratios[0] < 2.0
+    assert "geometric mean" in capsys.readouterr().out
