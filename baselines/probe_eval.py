@@ -4,7 +4,8 @@ A probe (a short training run on one seed, ``train.py --no-eval``) must not be j
 workloads, or the recipe declared after it would be chosen by them. This script runs each
 folder's policy deterministically, as the harness does, on ``--count`` train workloads taken
 after the first ``--skip`` of the training cycle (a probe of N steps sees only the first few),
-and prints each workload's ratio (vllm-v1's metric over the policy's) and their geometric mean.
+and prints each workload's ratio (the task's reference's metric over the policy's: vllm-v1's,
+or round-robin's for Route) and their geometric mean.
 
     python baselines/probe_eval.py --task Select --scenario capped-overload --sources sharegpt \
         --skip 40 out/probes/sel-shaped/seed1 out/probes/sel-base/seed1
@@ -19,7 +20,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[float]]:
-    """Print and return each folder's ratios against vllm-v1 on the chosen train workloads."""
+    """Print and return each folder's ratios against the task's reference on train workloads."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", help="submission folders (train.py's seed folders)")
     ap.add_argument("--task", required=True, help="task, e.g. Select")
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     suite = load_suite(args.suite)
     train = TrainWorkloads(suite, args.task, [args.scenario], args.sources.split(","))
     workloads = list(itertools.islice(train.cycle(), args.skip, args.skip + args.count))
-    reference = run_all(suite, [("vllm-v1", w) for w in workloads], desc="vllm-v1")
+    name = suite.task(args.task).reference
+    reference = run_all(suite, [(name, w) for w in workloads], desc=name)
     out = {}
     for folder in args.folders:
         rows = run_all(suite, [(folder, w) for w in workloads], desc=folder)

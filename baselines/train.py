@@ -59,6 +59,8 @@ CONFIG_KEYS = {
     "work_conserving": bool,
     "reward_baseline": str,
     "unbounded_scores": bool,
+    "restarts": int,
+    "validation_workloads": int,
 }
 REQUIRED = ("task", "algorithm", "policy", "timesteps", "train", "eval")
 ALGORITHMS = {"PPO": "stable_baselines3", "MaskablePPO": "sb3_contrib"}
@@ -121,8 +123,13 @@ def load_config(path: str | Path) -> dict[str, Any]:
     data.setdefault("work_conserving", False)
     data.setdefault("reward_baseline", None)
     data.setdefault("unbounded_scores", False)
+    data.setdefault("restarts", 1)
+    data.setdefault("validation_workloads", 6)
+    if data["restarts"] < 1 or data["validation_workloads"] < 1:
+        raise ConfigError(f"{path}: restarts and validation_workloads must be positive")
     if data["unbounded_scores"] and data["task"] != "Priority":
         raise ConfigError(f"{path}: unbounded_scores is a Priority option, not {data['task']}'s")
+    _hyperparams(data["hyperparams"], str(path))  # a bad schedule fails before any training
     data["name"] = path.stem
     return data
 
@@ -148,6 +155,28 @@ def _policy(cfg: dict[str, Any]) -> Any:
 
         return getattr(sb3_policies, cfg["policy"])
     return cfg["policy"]
+
+
+def _hyperparams(hp: dict[str, Any], where: str) -> dict[str, Any]:
+    """The config's hyperparameters for the algorithm: ``lin_<x>`` learning rates as schedules."""
+    out = dict(hp)
+    lr = out.get("learning_rate")
+    if isinstance(lr, str):
+        try:
+            if not lr.startswith("lin_"):
+                raise ValueError
+            value = float(lr[4:])
+            if not 0 < value < 1:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"{where}: learning_rate must be a number or lin_<number in (0, 1)> (linear decay "
+                f"to 0), got {lr!r}"
+            ) from None
+        from llmsched_gym.envs.sb3_policies import LinearSchedule
+
+        out["learning_rate"] = LinearSchedule(value)
+    return out
 
 
 def _algorithm(name: str) -> type:
@@ -226,7 +255,7 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     monitors = [Monitor(e) for e in envs]  # raw episode returns, before any normalisation
     venv = DummyVecEnv([lambda m=m: m for m in monitors])
     venv.seed(seed)
-    hp = cfg["hyperparams"]
+    hp = _hyperparams(cfg["hyperparams"], cfg["name"])
     if cfg["normalize_reward"]:
         venv = VecNormalize(venv, norm_obs=False, norm_reward=True, gamma=hp.get("gamma", 0.99))
     algorithm = _algorithm(cfg["algorithm"])
@@ -263,6 +292,128 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
         "timesteps": int(model.num_timesteps),
         "episodes": len(curve),
         "train_workloads": sorted({w.id for e in envs for w in e.seen}),
+        "wall_s": round(wall_s, 1),
+        "cpu_s": round(cpu_s, 1),
+        "model_bytes": (folder / "model.zip").stat().st_size,
+        "config": {k: v for k, v in cfg.items() if k != "name"},
+    }
+    (folder / "train.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return record
+
+
+def validation_workloads(workloads: Any, count: int) -> list[Any]:
+    """The last train seeds of each train group, ``count`` in all (groups in turn).
+
+    The training cycle hands train seeds out from the first, so a run that has not gone round
+    the cycle never saw these: they rank a seed's restarts without touching a test workload.
+    """
+    groups = list(workloads.groups.values())
+    out = []
+    back = 1
+    while len(out) < count:
+        for ws in groups:
+            if back <= len(ws) and len(out) < count:
+                out.append(ws[-back])
+        if back > max(len(ws) for ws in groups):
+            break
+        back += 1
+    return out
+
+
+def validation_ratios(suite: Any, task: str, folders: list[Path], workloads: list[Any]) -> dict:
+    """Each folder's ratios per workload: the task reference's metric over the folder's policy's.
+
+    From the leaderboard harness's runs (deterministic, as the harness runs a submission).
+    """
+    from llmsched_gym.leaderboard.run import run_all
+
+    name = suite.task(task).reference
+    reference = run_all(suite, [(name, w) for w in workloads], desc=name)
+    out = {}
+    for folder in folders:
+        rows = run_all(suite, [(str(folder), w) for w in workloads], desc=f"validate {folder.name}")
+        bad = [r for r in rows if r["status"] != "ok"]
+        if bad:
+            raise ConfigError(f"{folder}: {bad[0]['workload']} failed: {bad[0]['error']}")
+        out[folder] = [a["value"] / b["value"] for a, b in zip(reference, rows, strict=True)]
+    return out
+
+
+def _geomean(values: list[float]) -> float:
+    import math
+
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
+    """Train one seed: one run, or with ``restarts`` k > 1 the best of k runs.
+
+    The k runs have seeds ``seed``, ``seed + 1000``, ...; the one scoring best on held-back
+    train workloads (``validation_workloads``) becomes the seed's submission. The CPU time
+    counted is all of it: every run and the validation.
+    """
+    import shutil
+
+    if cfg["restarts"] == 1:
+        return train_one(cfg, seed, folder, timesteps)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    suite, workloads, _ = make_envs(cfg)
+    held = validation_workloads(workloads, cfg["validation_workloads"])
+    held_ids = {w.id for w in held}
+    runs, folders = [], []
+    for j in range(cfg["restarts"]):
+        sub = folder / f"restart{j}"
+        record = train_one(cfg, seed + 1000 * j, sub, timesteps)
+        seen = held_ids & set(record["train_workloads"])
+        if seen:
+            raise ConfigError(
+                f"{cfg['name']}: training reached the validation workloads {sorted(seen)[:3]}; "
+                "lower timesteps or validation_workloads"
+            )
+        runs.append(record)
+        folders.append(sub)
+    ratios = validation_ratios(suite, cfg["task"], folders, held)
+    scores = [_geomean(ratios[f]) for f in folders]
+    best = max(range(len(folders)), key=lambda j: scores[j])
+    for name in ("model.zip", "learning_curve.csv", "learning_curve.png"):
+        shutil.copyfile(folders[best] / name, folder / name)
+    algorithm = _algorithm(cfg["algorithm"])
+    name = cfg["algorithm"]
+    write_sb3_submission(
+        folder,
+        method=f"{cfg['name']}-seed{seed}",
+        algorithm=algorithm,
+        citation=CITATIONS[name],
+        task=cfg["task"],
+        command=f"python baselines/train.py baselines/configs/{cfg['name']}.yaml --seeds {seed}",
+        suite=suite.version,
+        work_conserving=cfg["work_conserving"],
+        training=(
+            f"{name} ({CITATIONS[name]}; {cfg['policy']}), the best of {len(runs)} runs of "
+            f"{runs[best]['timesteps']:,} steps on {suite.version} {cfg['task']} train workloads "
+            f"only ({workloads.describe()}), chosen on {len(held)} other train workloads; recipe "
+            f"baselines/configs/{cfg['name']}.yaml, seed {seed}"
+        ),
+    )
+    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+    record = {
+        "recipe": cfg["name"],
+        "seed": seed,
+        "timesteps": sum(r["timesteps"] for r in runs),
+        "episodes": runs[best]["episodes"],
+        "train_workloads": sorted({w for r in runs for w in r["train_workloads"]}),
+        "validation_workloads": sorted(held_ids),
+        "restarts": [
+            {
+                "seed": r["seed"],
+                "timesteps": r["timesteps"],
+                "cpu_s": r["cpu_s"],
+                "validation_ratios": [round(x, 4) for x in ratios[f]],
+                "validation_score": round(sc, 4),
+            }
+            for r, f, sc in zip(runs, folders, scores, strict=True)
+        ],  # fmt: skip
+        "chosen_restart": best,
         "wall_s": round(wall_s, 1),
         "cpu_s": round(cpu_s, 1),
         "model_bytes": (folder / "model.zip").stat().st_size,
@@ -447,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"seed {seed}: read {folder}/results.csv (--resume)", file=sys.stderr)
                 text = summarize(cfg, per_seed, out)
                 continue
-            record = train_one(cfg, seed, folder, timesteps)
+            record = train_seed(cfg, seed, folder, timesteps)
             print(
                 f"seed {seed}: {record['timesteps']:,} steps, {record['episodes']} episodes, "
                 f"{record['cpu_s']:.0f} CPU-s; wrote {folder}/",

@@ -50,6 +50,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 __all__ = [
+    "LinearSchedule",
     "MaskableRowScorePolicy",
     "MaskedRowGaussian",
     "RowHeads",
@@ -376,3 +377,21 @@ def _maskable_base() -> type:
 
 class MaskableRowScorePolicy(_RowScoring, _maskable_base()):
     """MaskablePPO policy: per-row logits (Select: plus a stop logit; Route: per instance)."""
+
+
+class LinearSchedule:
+    """A learning rate falling linearly from ``value`` to 0 over training (RL Zoo's ``lin_<x>``).
+
+    SB3 calls it with the progress remaining (1 at the start, 0 at the end). A class in the
+    package rather than a lambda, so a saved model's pickled schedule loads wherever the package
+    is installed.
+    """
+
+    def __init__(self, value: float) -> None:
+        self.value = float(value)
+
+    def __call__(self, progress_remaining: float) -> float:
+        return progress_remaining * self.value
+
+    def __repr__(self) -> str:
+        return f"LinearSchedule({self.value!r})"

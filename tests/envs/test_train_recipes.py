@@ -175,3 +175,53 @@ def test_probe_eval_scores_a_folder_on_train_workloads(capsys) -> None:
     (ratios,) = out.values()
     assert len(ratios) == 1 and 0.5 < ratios[0] < 2.0
     assert "geometric mean" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_restarts_keep_the_run_best_on_held_back_train_workloads(tmp_path) -> None:
+    """restarts: k runs per seed, ranked on the last train seeds (never seen in training); the
+    seed folder is the best run's submission and its record counts every run's steps."""
+    pytest.importorskip("sb3_contrib", reason="the recipes need the [rl] extra")
+    from llmsched_gym.leaderboard.submission import load_submission
+
+    train = _train()
+    cfg = train.load_config(ROOT / "configs" / "ppo-priority-shaped.yaml")
+    cfg.update(restarts=2, validation_workloads=1, n_envs=2)
+    cfg["hyperparams"] = {**cfg["hyperparams"], "n_steps": 64, "batch_size": 64}
+    record = train.train_seed(cfg, 3, tmp_path / "seed3", 128)
+    runs = record["restarts"]
+    assert [r["seed"] for r in runs] == [3, 1003]
+    assert record["timesteps"] == sum(r["timesteps"] for r in runs) == 256
+    assert record["validation_workloads"] == ["Priority/chat-overload/sharegpt/train/999"]
+    assert not set(record["validation_workloads"]) & set(record["train_workloads"])
+    best = record["chosen_restart"]
+    assert runs[best]["validation_score"] == max(r["validation_score"] for r in runs)
+    chosen = (tmp_path / "seed3" / f"restart{best}" / "model.zip").read_bytes()
+    assert (tmp_path / "seed3" / "model.zip").read_bytes() == chosen
+    assert record["cpu_s"] >= sum(r["cpu_s"] for r in runs)
+    assert load_submission(tmp_path / "seed3").task == "Priority"
+    with pytest.raises(ConfigError, match="restarts and validation_workloads must be positive"):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(
+            (ROOT / "configs" / "ppo-priority-shaped.yaml").read_text() + "restarts: 0\n"
+        )
+        train.load_config(bad)
+
+
+def test_linear_learning_rate_schedule(tmp_path) -> None:
+    """learning_rate: lin_<x> is a linear decay from x to 0 (a picklable package class); any
+    other string is refused when the config loads."""
+    from llmsched_gym.envs.sb3_policies import LinearSchedule
+
+    train = _train()
+    text = (ROOT / "configs" / "ppo-priority-shaped.yaml").read_text()
+    good = tmp_path / "good.yaml"
+    good.write_text(text.replace("learning_rate: 3.0e-4", "learning_rate: lin_3.0e-4"))
+    schedule = train._hyperparams(train.load_config(good)["hyperparams"], "good")["learning_rate"]
+    assert isinstance(schedule, LinearSchedule)
+    assert schedule(1.0) == 3.0e-4 and schedule(0.5) == 1.5e-4 and schedule(0.0) == 0.0
+    for value in ("lin_x", "cos_3e-4", "lin_2"):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text.replace("learning_rate: 3.0e-4", f"learning_rate: {value}"))
+        with pytest.raises(ConfigError, match="learning_rate must be a number or lin_"):
+            train.load_config(bad)
