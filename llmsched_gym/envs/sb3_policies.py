@@ -391,6 +391,7 @@ class LinearSchedule:
         self.value = float(value)
 
     def __call__(self, progress_remaining: float) -> float:
+        """The learning rate with ``progress_remaining`` of training left (1 -> 0)."""
         return progress_remaining * self.value
 
     def __repr__(self) -> str:

@@ -24,4 +24,6 @@ def make(task: str = "Select") -> Any:
     from llmsched_gym.envs.select_v0 import WorkConservingAgent
 
     # trained with work_conserving=True: the same masks on the default task
-    return WorkConservingAgent(MaskablePPO.load(Path(__file__).with_name("model.zip"), device="cpu"))
+    return WorkConservingAgent(
+        MaskablePPO.load(Path(__file__).with_name("model.zip"), device="cpu")
+    )
