@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train.py, beside this script
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[float]]:
@@ -33,25 +35,23 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     if args.skip < 0 or args.count < 1:
         ap.error("--skip must be >= 0 and --count >= 1")
 
-    from llmsched_gym.leaderboard.run import run_all
+    from train import validation_ratios
+
+    from llmsched_gym.errors import ConfigError
+    from llmsched_gym.leaderboard.score import geometric_score
     from llmsched_gym.leaderboard.suite import load_suite
     from llmsched_gym.leaderboard.training import TrainWorkloads
 
     suite = load_suite(args.suite)
     train = TrainWorkloads(suite, args.task, [args.scenario], args.sources.split(","))
     workloads = list(itertools.islice(train.cycle(), args.skip, args.skip + args.count))
-    name = suite.task(args.task).reference
-    reference = run_all(suite, [(name, w) for w in workloads], desc=name)
-    out = {}
-    for folder in args.folders:
-        rows = run_all(suite, [(folder, w) for w in workloads], desc=folder)
-        bad = [r for r in rows if r["status"] != "ok"]
-        if bad:
-            raise SystemExit(f"{folder}: {bad[0]['workload']} failed: {bad[0]['error']}")
-        ratios = [a["value"] / b["value"] for a, b in zip(reference, rows, strict=True)]
-        geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    try:
+        out = validation_ratios(suite, args.task, args.folders, workloads)
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for folder, ratios in out.items():
+        geo = geometric_score(ratios).value
         print(f"{folder}: {' '.join(f'{x:.3f}' for x in ratios)}  geometric mean {geo:.3f}")
-        out[folder] = ratios
     return out
 
 

@@ -213,19 +213,26 @@ def committed_rows(task: Any, method: str, workload_ids: set[str]) -> list[dict[
     return [r for r in read_results(path) if r["workload"] in workload_ids]
 
 
+def _train_workloads(cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """``(suite, TrainWorkloads)`` of the config's train groups."""
+    from llmsched_gym.leaderboard.suite import load_suite
+    from llmsched_gym.leaderboard.training import TrainWorkloads
+
+    suite = load_suite(cfg["suite"])
+    return suite, TrainWorkloads(
+        suite, cfg["task"], cfg["train"]["scenarios"], cfg["train"]["sources"]
+    )
+
+
 def make_envs(cfg: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     """``(suite, train workloads, n_envs TrainWorkloadEnvs)`` as the config asks.
 
     The reward shaping gets the learner's own gamma (SB3's default 0.99 when the config
     leaves it out): potential-based shaping keeps the optimal policies only with it.
     """
-    from llmsched_gym.leaderboard.suite import load_suite
-    from llmsched_gym.leaderboard.training import TrainWorkloadEnv, TrainWorkloads
+    from llmsched_gym.leaderboard.training import TrainWorkloadEnv
 
-    suite = load_suite(cfg["suite"])
-    workloads = TrainWorkloads(
-        suite, cfg["task"], cfg["train"]["scenarios"], cfg["train"]["sources"]
-    )
+    suite, workloads = _train_workloads(cfg)
     n = cfg["n_envs"]
     kwargs = {"work_conserving": True} if cfg["work_conserving"] else {}
     envs = [
@@ -270,22 +277,11 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     folder.mkdir(parents=True, exist_ok=True)
     model.save(folder / "model.zip")
     curve = _learning_curve(monitors, envs, folder, f"{cfg['name']} seed {seed} ({cfg['task']})")
-    name = cfg["algorithm"]
-    write_sb3_submission(
-        folder,
-        method=f"{cfg['name']}-seed{seed}",
-        algorithm=algorithm,
-        citation=CITATIONS[name],
-        task=cfg["task"],
-        command=f"python baselines/train.py baselines/configs/{cfg['name']}.yaml --seeds {seed}",
-        suite=suite.version,
-        work_conserving=cfg["work_conserving"],
-        training=(
-            f"{name} ({CITATIONS[name]}; {cfg['policy']}), {int(model.num_timesteps):,} steps on "
-            f"{suite.version} {cfg['task']} train workloads only ({workloads.describe()}); "
-            f"recipe baselines/configs/{cfg['name']}.yaml, seed {seed}"
-        ),
-    )
+    _write_submission(
+        cfg, seed, folder, suite,
+        f"{int(model.num_timesteps):,} steps on {suite.version} {cfg['task']} train workloads "
+        f"only ({workloads.describe()})",
+    )  # fmt: skip
     record = {
         "recipe": cfg["name"],
         "seed": seed,
@@ -320,10 +316,13 @@ def validation_workloads(workloads: Any, count: int) -> list[Any]:
     return out
 
 
-def validation_ratios(suite: Any, task: str, folders: list[Path], workloads: list[Any]) -> dict:
+def validation_ratios(
+    suite: Any, task: str, folders: list[Path | str], workloads: list[Any]
+) -> dict[Any, list[float]]:
     """Each folder's ratios per workload: the task reference's metric over the folder's policy's.
 
-    From the leaderboard harness's runs (deterministic, as the harness runs a submission).
+    From the leaderboard harness's runs (deterministic, as the harness runs a submission). A
+    folder may also be any policy spec the harness takes (a built-in scheduler or router name).
     """
     from llmsched_gym.leaderboard.run import run_all
 
@@ -331,18 +330,14 @@ def validation_ratios(suite: Any, task: str, folders: list[Path], workloads: lis
     reference = run_all(suite, [(name, w) for w in workloads], desc=name)
     out = {}
     for folder in folders:
-        rows = run_all(suite, [(str(folder), w) for w in workloads], desc=f"validate {folder.name}")
+        rows = run_all(
+            suite, [(str(folder), w) for w in workloads], desc=f"validate {Path(folder).name}"
+        )
         bad = [r for r in rows if r["status"] != "ok"]
         if bad:
             raise ConfigError(f"{folder}: {bad[0]['workload']} failed: {bad[0]['error']}")
         out[folder] = [a["value"] / b["value"] for a, b in zip(reference, rows, strict=True)]
     return out
-
-
-def _geomean(values: list[float]) -> float:
-    import math
-
-    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
@@ -354,10 +349,12 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
     """
     import shutil
 
+    from llmsched_gym.leaderboard.score import geometric_score
+
     if cfg["restarts"] == 1:
         return train_one(cfg, seed, folder, timesteps)
     started, cpu_started = time.perf_counter(), time.process_time()
-    suite, workloads, _ = make_envs(cfg)
+    suite, workloads = _train_workloads(cfg)
     held = validation_workloads(workloads, cfg["validation_workloads"])
     held_ids = {w.id for w in held}
     runs, folders = [], []
@@ -373,28 +370,16 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
         runs.append(record)
         folders.append(sub)
     ratios = validation_ratios(suite, cfg["task"], folders, held)
-    scores = [_geomean(ratios[f]) for f in folders]
+    scores = [geometric_score(ratios[f]).value for f in folders]
     best = max(range(len(folders)), key=lambda j: scores[j])
     for name in ("model.zip", "learning_curve.csv", "learning_curve.png"):
         shutil.copyfile(folders[best] / name, folder / name)
-    algorithm = _algorithm(cfg["algorithm"])
-    name = cfg["algorithm"]
-    write_sb3_submission(
-        folder,
-        method=f"{cfg['name']}-seed{seed}",
-        algorithm=algorithm,
-        citation=CITATIONS[name],
-        task=cfg["task"],
-        command=f"python baselines/train.py baselines/configs/{cfg['name']}.yaml --seeds {seed}",
-        suite=suite.version,
-        work_conserving=cfg["work_conserving"],
-        training=(
-            f"{name} ({CITATIONS[name]}; {cfg['policy']}), the best of {len(runs)} runs of "
-            f"{runs[best]['timesteps']:,} steps on {suite.version} {cfg['task']} train workloads "
-            f"only ({workloads.describe()}), chosen on {len(held)} other train workloads; recipe "
-            f"baselines/configs/{cfg['name']}.yaml, seed {seed}"
-        ),
-    )
+    _write_submission(
+        cfg, seed, folder, suite,
+        f"the best of {len(runs)} runs of {runs[best]['timesteps']:,} steps on {suite.version} "
+        f"{cfg['task']} train workloads only ({workloads.describe()}), chosen on {len(held)} "
+        "other train workloads",
+    )  # fmt: skip
     wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     record = {
         "recipe": cfg["name"],
@@ -421,6 +406,25 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
     }
     (folder / "train.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
+
+
+def _write_submission(cfg: dict[str, Any], seed: int, folder: Path, suite: Any, how: str) -> None:
+    """The seed folder's ``policy.py`` and ``submission.yaml``; ``how`` says what was trained."""
+    name = cfg["algorithm"]
+    write_sb3_submission(
+        folder,
+        method=f"{cfg['name']}-seed{seed}",
+        algorithm=_algorithm(name),
+        citation=CITATIONS[name],
+        task=cfg["task"],
+        command=f"python baselines/train.py baselines/configs/{cfg['name']}.yaml --seeds {seed}",
+        suite=suite.version,
+        work_conserving=cfg["work_conserving"],
+        training=(
+            f"{name} ({CITATIONS[name]}; {cfg['policy']}), {how}; "
+            f"recipe baselines/configs/{cfg['name']}.yaml, seed {seed}"
+        ),
+    )
 
 
 CITATIONS = {

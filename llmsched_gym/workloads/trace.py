@@ -146,7 +146,7 @@ def _plain_spec(record: dict) -> RequestSpec | None:
         and type(output) is int
         and 1 <= output <= MAX_INT
     ):
-        return RequestSpec(request_id, arrival, prompt, output, output)
+        return _build_plain_spec(request_id, arrival, prompt, output)
     return None
 
 
