@@ -82,7 +82,7 @@ def _shared(obj: Any) -> dict[int, Any]:
         pool = engine.kv.pool
         flat = (pool.ref_cnt, pool.block_hash, pool.tag, pool._next, pool._prev)
         for lst in (*flat, engine.itl_values, engine.itl_weights):
-            memo[id(lst)] = lst.copy()
+            memo[id(lst)] = lst[:]  # lists and the pool's int arrays
     return memo
 
 

@@ -1,8 +1,11 @@
 cdef class BlockPool:
     cdef public long num_gpu_blocks, _stamp, _head, _tail, num_free, null_block
     cdef public bint enable_caching
-    cdef public list ref_cnt, block_hash, tag, _next, _prev
+    cdef public list block_hash
+    cdef public object ref_cnt, tag, _next, _prev
+    cdef long[::1] _rc, _tg, _nx, _pv
     cdef public dict _cached
+    cpdef _bind(self)
     cpdef long _popleft(self) except? -1
     cpdef _remove(self, long b)
     cpdef _evict_hash(self, long b)

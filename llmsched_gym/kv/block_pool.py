@@ -7,16 +7,19 @@ Invariants (checked by the property tests):
 * A block is in the free queue iff its ``ref_cnt`` is 0 (the null block excepted). Free blocks may
   still carry a hash: they are eviction candidates, reusable by a prefix hit until taken.
 
-The free queue is a doubly linked list over block ids held in two int lists, so removing a hit
+The free queue is a doubly linked list over block ids held in two int arrays, so removing a hit
 block from the middle is O(1) as in vLLM's ``FreeKVCacheBlockQueue``. It starts in block-id order.
+The int state (links, reference counts, stamps) lives in ``array("l")`` objects: compiled, the
+hot loops read and write them through typed views as C longs, with no int objects boxed.
 New blocks come from the front; taking a hashed block evicts its hash then (lazy eviction). Freed
 blocks without a hash go to the front, hashed ones to the back (LRU).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Hashable, Sequence
-from operator import itemgetter
+from typing import Any
 
 import cython
 
@@ -28,45 +31,61 @@ class BlockPool:
         n = num_gpu_blocks
         self.num_gpu_blocks = n
         self.enable_caching = enable_caching
-        self.ref_cnt: list[int] = [0] * n
+        self.ref_cnt: array[int] = array("l", bytes(8 * n))
         self.block_hash: list[Hashable | None] = [None] * n
         # Blocks whose content is unique to one request (generated tokens whose ids are not
         # fixed, or prompts given by length only) can only ever be hit by that request after a
         # preemption. They carry a stamp instead of a map entry; the request keeps the stamps it
         # issued per block index (``KVCacheManager.free``), which reproduces the map's
         # first-inserted-wins semantics.
-        self.tag: list[int] = [0] * n
+        self.tag: array[int] = array("l", bytes(8 * n))
         self._stamp = 0
         # Linked list over ids 0..n-1 with sentinels HEAD = n and TAIL = n + 1.
         self._head, self._tail = n, n + 1
-        self._next: list[int] = list(range(1, n + 1)) + [0, -1]
-        self._prev: list[int] = [n] + list(range(0, n - 1)) + [-1, n - 1]
+        self._next: array[int] = array("l", [*range(1, n + 1), 0, -1])
+        self._prev: array[int] = array("l", [n, *range(0, n - 1), -1, n - 1])
         self._next[n - 1] = self._tail
         # key -> block id, or list of ids when several blocks hold the same content (vLLM does not
         # de-duplicate: block tables are append-only). Lookups return the first inserted.
         self._cached: dict[Hashable, int | list[int]] = {}
         self.num_free = n
+        self._bind()
         null = self._popleft()
         assert null == 0
         self.null_block = null
 
+    def _bind(self) -> None:
+        """Point the typed views the hot loops use at the int arrays (C views when compiled)."""
+        self._rc = self.ref_cnt
+        self._tg = self.tag
+        self._nx = self._next
+        self._pv = self._prev
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        """Pickle and copy (``copy.deepcopy``, ``fork``) by state: the views are rebuilt."""
+        state = (
+            self.num_gpu_blocks, self.enable_caching, self.ref_cnt, self.block_hash, self.tag,
+            self._stamp, self._next, self._prev, self._cached, self.num_free, self.null_block,
+        )  # fmt: skip
+        return _restore, state
+
     # -- free queue -------------------------------------------------------------------------
-    @cython.locals(b=cython.long, after=cython.long, nxt=list)
+    @cython.locals(b=cython.long, after=cython.long, nxt=cython.long[::1])
     def _popleft(self) -> int:
-        nxt = self._next
+        nxt = self._nx
         b = nxt[self._head]
         assert b != self._tail, "free queue empty"
         after = nxt[b]
         nxt[self._head] = after
-        self._prev[after] = self._head
+        self._pv[after] = self._head
         self.num_free -= 1
         return b
 
     @cython.locals(p=cython.long, q=cython.long)
     def _remove(self, b: int) -> None:
-        p, q = self._prev[b], self._next[b]
-        self._next[p] = q
-        self._prev[q] = p
+        p, q = self._pv[b], self._nx[b]
+        self._nx[p] = q
+        self._pv[q] = p
         self.num_free -= 1
 
     def free_queue(self) -> list[int]:
@@ -100,10 +119,10 @@ class BlockPool:
             elif len(entry) == 1:
                 self._cached[key] = entry[0]
 
-    @cython.locals(b=cython.long, e=cython.long, tag=list)
+    @cython.locals(b=cython.long, e=cython.long, tag=cython.long[::1])
     def valid_unique(self, entries: list[int]) -> int | None:
         """The first block of ``entries`` (packed ``stamp << 24 | block``) with its stamp intact."""
-        tag = self.tag
+        tag = self._tg
         for e in entries:
             b = e & 0xFFFFFF
             if tag[b] == e >> 24:
@@ -112,7 +131,7 @@ class BlockPool:
 
     def cache_block(self, b: int, key: Hashable) -> None:
         """Register full block ``b`` under ``key`` (at schedule time, as vLLM does)."""
-        if self.block_hash[b] is not None or self.tag[b]:  # already cached (e.g. a prefix hit)
+        if self.block_hash[b] is not None or self._tg[b]:  # already cached (e.g. a prefix hit)
             return
         self.block_hash[b] = key
         entry = self._cached.get(key)
@@ -124,79 +143,61 @@ class BlockPool:
             entry.append(b)
 
     # -- allocation --------------------------------------------------------------------------
-    # The hot loops below index the lists with C longs (``i``, ``p``) but store the int objects
-    # the lists already hold (``b``, ``pb``): boxing a C long would allocate an int per write
-    # (and free the one it replaces).
     @cython.locals(
-        i=cython.long,
+        b=cython.long,
+        _j=cython.long,
         head=cython.long,
-        nxt=list,
-        ref=list,
+        nxt=cython.long[::1],
+        ref=cython.long[::1],
+        tag=cython.long[::1],
         bh=list,
-        tag=list,
         cached=dict,
         out=list,
     )
     def get_new_blocks(self, k: int) -> list[int]:
         """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
         assert k <= self.num_free, "caller must check free blocks first"
-        nxt, ref, bh, tag, cached = (
-            self._next,
-            self.ref_cnt,
-            self.block_hash,
-            self.tag,
-            self._cached,
-        )
+        nxt, ref, bh, tag, cached = self._nx, self._rc, self.block_hash, self._tg, self._cached
         head = self._head
         b = nxt[head]
-        if k == 1:  # a decode crossing a block boundary: the common case, without the loop
-            i = b
-            if bh[i] is not None:
-                self._evict_hash(i)
-            tag[i] = 0
-            ref[i] = 1
-            after = nxt[i]
-            nxt[head] = after
-            i = after
-            self._prev[i] = head
-            self.num_free -= 1
-            return [b]
         out = []
-        for _ in range(k):
-            i = b
+        for _j in range(k):
             out.append(b)
-            key = bh[i]
+            key = bh[b]
             if key is not None:
                 if type(cached[key]) is int:  # the common case, inlined from _evict_hash
-                    bh[i] = None
+                    bh[b] = None
                     del cached[key]
                 else:
-                    self._evict_hash(i)
-            tag[i] = 0
-            ref[i] = 1
-            b = nxt[i]
+                    self._evict_hash(b)
+            tag[b] = 0
+            ref[b] = 1
+            b = nxt[b]
         nxt[head] = b
-        i = b
-        self._prev[i] = head
+        self._pv[b] = head
         self.num_free -= k
         return out
 
-    @cython.locals(b=cython.long, ref=list)
+    @cython.locals(b=cython.long, ref=cython.long[::1])
     def touch(self, blocks: Sequence[int]) -> None:
         """Add a reference to prefix-hit blocks, taking free ones out of the free queue."""
-        ref = self.ref_cnt
+        ref = self._rc
         for b in blocks:
             if ref[b] == 0:
                 self._remove(b)
             ref[b] += 1
 
+    @cython.locals(b=cython.long, n=cython.long, ref=cython.long[::1])
     def num_evictable(self, blocks: Sequence[int]) -> int:
         """How many of ``blocks`` sit in the free queue (touching them uses free capacity)."""
-        if len(blocks) > 1:
-            return itemgetter(*blocks)(self.ref_cnt).count(0)
-        return 1 if blocks and self.ref_cnt[blocks[0]] == 0 else 0
+        ref = self._rc
+        n = 0
+        for b in blocks:
+            if ref[b] == 0:
+                n += 1
+        return n
 
-    @cython.locals(b=cython.long, i=cython.long, ref=list, first=list, last=list)
+    @cython.locals(b=cython.long, i=cython.long, n=cython.long, ref=cython.long[::1])
     def free_request_blocks(self, blocks: list[int], num_hashed: int, exclusive: bool) -> None:
         """Free a request's blocks tail first; the first ``num_hashed`` of them are cached.
 
@@ -207,15 +208,17 @@ class BlockPool:
         ``exclusive`` says no other request references any of them (true when none holds
         shareable content), so all are freed.
         """
-        ref = self.ref_cnt
+        ref = self._rc
+        n = len(blocks)
         if exclusive:
-            for b in blocks:
+            for i in range(n):
+                b = blocks[i]
                 ref[b] = 0
             self._link_freed(blocks[num_hashed:][::-1], blocks[:num_hashed][::-1])
             return
         first: list[int] = []
         last: list[int] = []
-        for i in range(len(blocks) - 1, -1, -1):
+        for i in range(n - 1, -1, -1):
             b = blocks[i]
             ref[b] -= 1
             if ref[b] == 0:
@@ -225,32 +228,55 @@ class BlockPool:
                     first.append(b)
         self._link_freed(first, last)
 
-    @cython.locals(p=cython.long, i=cython.long, nxt=list, prv=list)
+    @cython.locals(
+        b=cython.long, p=cython.long, old=cython.long, nxt=cython.long[::1], prv=cython.long[::1]
+    )
     def _link_freed(self, first: list[int], last: list[int]) -> None:
-        nxt, prv = self._next, self._prev
+        """Put ``first`` at the front of the free queue and ``last`` at its back, in order."""
+        nxt, prv = self._nx, self._pv
         if first:
             p = self._head
-            pb = p
-            old_first = nxt[p]
+            old = nxt[p]
             for b in first:
-                i = b
-                prv[i] = pb
+                prv[b] = p
                 nxt[p] = b
-                p, pb = i, b
-            nxt[p] = old_first
-            prv[old_first] = pb
+                p = b
+            nxt[p] = old
+            prv[old] = p
         if last:
-            pb = prv[self._tail]
-            p = pb
+            p = prv[self._tail]
             for b in last:
-                i = b
-                prv[i] = pb
+                prv[b] = p
                 nxt[p] = b
-                p, pb = i, b
+                p = b
             nxt[p] = self._tail
-            prv[self._tail] = pb
+            prv[self._tail] = p
         self.num_free += len(first) + len(last)
 
     def usage(self) -> float:
         """vLLM's ``kv_cache_usage``: 1 - free / (num_gpu_blocks - 1)."""
         return 1.0 - self.num_free / (self.num_gpu_blocks - 1)
+
+
+def _restore(
+    num_gpu_blocks: int,
+    enable_caching: bool,
+    ref_cnt: array,
+    block_hash: list,
+    tag: array,
+    stamp: int,
+    next_: array,
+    prev: array,
+    cached: dict,
+    num_free: int,
+    null_block: int,
+) -> BlockPool:
+    """A pool from ``BlockPool.__reduce__``'s state (which a copy has already copied)."""
+    pool = BlockPool.__new__(BlockPool)
+    pool.num_gpu_blocks, pool.enable_caching = num_gpu_blocks, enable_caching
+    pool.ref_cnt, pool.block_hash, pool.tag, pool._stamp = ref_cnt, block_hash, tag, stamp
+    pool._head, pool._tail = num_gpu_blocks, num_gpu_blocks + 1
+    pool._next, pool._prev, pool._cached = next_, prev, cached
+    pool.num_free, pool.null_block = num_free, null_block
+    pool._bind()
+    return pool

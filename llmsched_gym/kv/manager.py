@@ -51,7 +51,7 @@ class KVCacheManager:
         first=cython.long,
         hit=list,
         entries=list,
-        tag=list,
+        tag=cython.long[::1],
         pool=BlockPool,
     )
     def get_computed_blocks(self, req: Request) -> tuple[list[int], int]:
@@ -76,7 +76,7 @@ class KVCacheManager:
                     return hit, len(hit) * bs
                 hit.append(b if type(b) is int else b[0])
         entries = req._unique_entries
-        tag = pool.tag
+        tag = pool._tg
         first = req._num_shareable_blocks
         for i in range(shareable, min(max_blocks, first + len(entries))):
             e = entries[i - first]
@@ -204,7 +204,7 @@ class KVCacheManager:
         j=cython.long,
         blocks=list,
         entries=list,
-        tag=list,
+        tag=cython.long[::1],
         pool=BlockPool,
     )
     def free(self, req: Request, preempted: bool = False) -> None:
@@ -225,7 +225,7 @@ class KVCacheManager:
             # stamps a new block there (the first still valid wins, as vLLM's map would).
             shareable = req._num_shareable_blocks
             entries = req._unique_entries
-            tag = pool.tag
+            tag = pool._tg
             stamp = pool._stamp
             for i in range(shareable, num_hashed):
                 b = blocks[i]

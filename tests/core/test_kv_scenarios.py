@@ -29,7 +29,7 @@ def test_freed_blocks_unhashed_to_front_hashed_to_back_tail_first(exclusive):
     pool.free_request_blocks(blocks, num_hashed=3, exclusive=exclusive)
     # 4 has no hash -> front; 3, 2, 1 hashed -> back, chain tail first.
     assert pool.free_queue() == [4, 5, 6, 7, 3, 2, 1]
-    assert pool.num_free == 7 and pool.ref_cnt[1:5] == [0, 0, 0, 0]
+    assert pool.num_free == 7 and list(pool.ref_cnt[1:5]) == [0, 0, 0, 0]
     # Taking a hashed block evicts its hash (lazy eviction).
     assert pool.get_new_blocks(5) == [4, 5, 6, 7, 3]
     assert pool.get_cached_block(("k", 2)) is None
