@@ -203,7 +203,11 @@ def simulate(
             from llmsched_gym.metrics.table import step_table
 
             steps = step_table(engine.step_columns())
-        itl = (np.asarray(engine.itl_values), np.asarray(engine.itl_weights, dtype=np.int64))
+        gaps, weights = engine.itl_values, engine.itl_weights  # lists: fromiter reads them fastest
+        itl = (
+            np.fromiter(gaps, np.float64, len(gaps)),
+            np.fromiter(weights, np.int64, len(weights)),
+        )
         summary = summary_values(table, steps, itl=itl)
         summary["num_refused"] = len(refused)
         summary["num_aborted"] = len(engine.aborted)

@@ -151,7 +151,7 @@ class Engine:
         # Inter-token latencies as (gap, multiplicity) runs; identical gaps share one entry.
         self.itl_values: list[float] = []
         self.itl_weights: list[int] = []
-        self._steps: dict[str, list] | None = new_step_records() if record_steps else None
+        self._steps: dict[str, Any] | None = new_step_records() if record_steps else None
         policy.reset(self)
 
     # -- state a pending stretch leaves behind ------------------------------------------------
@@ -715,7 +715,7 @@ class Engine:
             self.sync()
         if self._steps is None:
             raise ConfigError("per-step records were not enabled (record_steps=False)")
-        cols = {k: np.asarray(v) for k, v in self._steps.items()}
+        cols = {k: np.array(v) for k, v in self._steps.items()}  # copies: the arrays grow on
         cols[StepColumn.KV_CACHE_USAGE.value] = 1.0 - cols["num_free_blocks"] / (
             self.config.num_gpu_blocks - 1
         )
