@@ -14,6 +14,7 @@ import gzip
 import os
 import re
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 RC = RequestColumn
+_SEQ = attrgetter("seq")
 
 FLOAT_REQUEST_COLUMNS = (
     RC.ARRIVAL_TIME_S,
@@ -87,7 +89,7 @@ def request_columns(
     NaN (they never finished, so latency and throughput metrics leave them out), the tokens
     they got, and ``num_cached_tokens`` 0 if never admitted.
     """
-    reqs = sorted([*finished, *aborted], key=lambda r: r.seq)
+    reqs = sorted([*finished, *aborted], key=_SEQ)
     specs = [r.spec for r in reqs]
     computed = [r.num_computed_total for r in reqs]
     done = [r.status is RequestStatus.FINISHED for r in reqs]
