@@ -19,11 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_gym._gc import return_free_memory
 from llmsched_gym.cluster.folded import SLO_FIELDS, Column
 from llmsched_gym.cluster.routers import router_name
 from llmsched_gym.core.job import Job
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.metrics.columns import Metric
 from llmsched_gym.metrics.columns import RequestColumn as RC
+from llmsched_gym.metrics.order_stats import itl_statistics
 from llmsched_gym.metrics.results import RequestsFrameMixin
 from llmsched_gym.metrics.table import spec_columns
 
@@ -346,9 +349,39 @@ def _itl_samples(
             del v, w  # views of the arrays dropped next
             x.itl_values = Column("d")
             x.itl_weights = Column("B")
+            return_free_memory()
     values[at:] = gaps
     weights[at:] = 1
     return values, weights
+
+
+def _makespan(table: dict[str, np.ndarray]) -> float:
+    """Last finish minus first arrival over the request table (0 for no rows)."""
+    arrivals = table[RC.ARRIVAL_TIME_S.value]
+    finishes = table[RC.FINISH_TIME_S.value]
+    return float(np.nanmax(finishes) - np.nanmin(arrivals)) if len(arrivals) else 0.0
+
+
+def _summary_only(cluster: Any, steps: Any) -> tuple[dict[str, Any], float]:
+    """The summary and makespan of a ``records="summary"`` cluster, releasing as it goes.
+
+    The request columns go before the inter-token samples are gathered, the instances'
+    sample columns as they are copied, and the ITL statistics come from ``itl_statistics``
+    (the values of ``summary_values``' without its per-bucket sorts), so the peak is the
+    samples and one float64 copy of their weights.
+    """
+    from llmsched_gym.metrics.summary import summary_values
+
+    table = _summary_columns(cluster)
+    summary = summary_values(table, steps, itl=None)
+    makespan = _makespan(table)
+    del table
+    values, weights = _itl_samples(cluster.instances, [], release=True, narrow=True)
+    stats = itl_statistics(values, weights)
+    names = (Metric.ITL_S_MEAN, Metric.ITL_S_P50, Metric.ITL_S_P90, Metric.ITL_S_P99)
+    for name, value in zip(names, stats, strict=True):
+        summary[name.value] = value
+    return summary, makespan
 
 
 def cluster_result(
@@ -372,34 +405,32 @@ def cluster_result(
     if sync is not None:  # a truncated run may leave decode stretches pending
         sync()
     full = cluster.records.keep_specs
-    if full:
-        raw, gaps = _merged_columns(cluster)
-        table = request_table(raw)
-        del raw
-    else:
-        table, gaps = _summary_columns(cluster), []
     steps = None
     if record_steps:
         from llmsched_gym.metrics.records import steps_frame
 
         steps = [steps_frame(x.engine.step_columns()) for x in cluster.instances]
-    itl = _itl_samples(cluster.instances, gaps, release=release_itl or not full, narrow=not full)
     one = len(cluster.instances) == 1
-    summary = summary_values(table, steps[0] if steps and one else None, itl=itl)
-    if not full:
-        itl = None  # the summary's: not kept
+    steps_one = steps[0] if steps and one else None
+    if full:
+        raw, gaps = _merged_columns(cluster)
+        table = request_table(raw)
+        del raw
+        itl = _itl_samples(cluster.instances, gaps, release=release_itl)
+        summary = summary_values(table, steps_one, itl=itl)
+        makespan = _makespan(table)
+    else:
+        table, itl = {}, None
+        summary, makespan = _summary_only(cluster, steps_one)
     engines = [x.engine for x in cluster.instances]
     summary["num_refused"] = len(cluster.refused)
     summary["num_aborted"] = sum(len(e.aborted) for e in engines)  # 0: clusters refuse cancels
     summary["num_steps"] = sum(e.num_steps for e in engines)
     summary["prefix_cache_queries"] = sum(e.kv.queries for e in engines)
     summary["prefix_cache_hits"] = sum(e.kv.hits for e in engines)
-    arrivals = table[RC.ARRIVAL_TIME_S.value]
-    finishes = table[RC.FINISH_TIME_S.value]
-    makespan = float(np.nanmax(finishes) - np.nanmin(arrivals)) if len(arrivals) else 0.0
     instances = instance_table(cluster, makespan)
     result = ClusterResult(
-        request_table=table if full else {},
+        request_table=table,
         summary=summary,
         instances=instances,
         gpus=gpu_table(instances, makespan),
