@@ -26,6 +26,11 @@ requests). Engines get a read-only view of the tracker, so local policies still 
 
 Everything is deterministic: heap ties go by sequence number, instance ties by index, and seeded
 routers draw from the run's seed.
+
+Size: one module because the workload's intake (``add``, ``stream``), the loop (``_advance``)
+and the finish listener share the loop's private event state (the arrival list and its sequence
+numbers, the heap, the pending decision); split, each part would reach into the others' state,
+and the compiled loop would call across modules.
 """
 
 from __future__ import annotations
