@@ -22,6 +22,7 @@ from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.base import LinearCostModel
 from llmsched_gym.errors import ConfigError, TraceError
+from llmsched_gym.workloads import iter_servegen
 
 LINEAR = LinearCostModel(0.01, c_tokens=1e-4, c_prefill_attn=1e-8, c_decode_kv=1e-6, c_decode=1e-4)
 CFG = EngineConfig(
@@ -161,3 +162,16 @@ def test_a_stream_holds_a_bounded_number_of_specs() -> None:
     # The batch pulled ahead (1024) plus each engine's admitted specs before they are dropped
     # (1024 each), against the n the list and the full records would hold.
     assert peak[0] - before <= 1024 + 3 * 1024 + 3 * CFG.max_num_seqs + 100
+
+
+def test_a_servegen_stream_runs_as_its_list() -> None:
+    """``bench_scale.py``'s bounded run in small: ``iter_servegen`` streamed, summary records."""
+    gpus = ("a100-80gb", "h100-80gb")
+    cluster = [InstanceSpec(f"{g}-{i}", f"roofline:llama-3-8b@{g}", {"max_model_len": None})
+               for i, g in enumerate(gpus)]  # fmt: skip
+    kwargs = dict(duration_s=120.0, target_rate_per_s=4.0, seed=2)
+    listed = run_cluster(list(iter_servegen("m-small", **kwargs)), cluster, "least-load:requests")
+    streamed = run_cluster(iter_servegen("m-small", chunk_s=30.0, **kwargs), cluster,
+                           "least-load:requests", records="summary")  # fmt: skip
+    assert listed.summary["num_requests"] > 300
+    assert repr(streamed.summary) == repr(listed.summary)
