@@ -1,16 +1,25 @@
 """Benchmark: a day of traffic on a 64-instance heterogeneous cluster with a router, one process.
 
-The workload is a day of ServeGen's ``m-small`` language-model clients (``generate_servegen``,
-86,400 s, rates scaled to a mean of ``--rate`` requests/s: about 1M requests at the default 12),
-or the Azure 2023 conversation trace rescaled and repeated (``--source azure-conv``). The
-cluster is ``--instances`` Llama-3-8B instances, half on A100-80GB and half on H100-80GB
-(roofline cost profiles, KV caches sized as vLLM sizes them, vLLM V1 scheduler), behind the
-``least-load:requests`` router. It prints the CPU seconds of building the workload and of the
-run (``simulate``-equivalent: ``run_cluster`` with records built), the peak RSS of the process,
-and the run's request, step and latency figures; ``--json FILE`` writes them too.
+The workload is a day of ServeGen's ``m-small`` language-model clients (86,400 s, rates scaled
+to a mean of ``--rate`` requests/s: about 1M requests at the default 12), or the Azure 2023
+conversation trace rescaled and repeated (``--source azure-conv``). The cluster is
+``--instances`` Llama-3-8B instances, half on A100-80GB and half on H100-80GB (roofline cost
+profiles, KV caches sized as vLLM sizes them, vLLM V1 scheduler), behind the
+``least-load:requests`` router.
+
+By default the run is the bounded-memory one: the workload is streamed into ``run_cluster``
+(``iter_servegen``, generated an hour at a time as the run reaches it) and only the summary's
+records are kept (``records="summary"``). ``--records full`` keeps every per-request record;
+``--workload-list`` builds the whole workload as a list first (``generate_servegen``, whose
+requests differ from ``iter_servegen``'s; sessions 13-14 measured ``--records full
+--workload-list``). It prints the CPU seconds of building the workload (list only; a stream is
+generated during the run, whose CPU seconds include it) and of the run (``run_cluster`` with
+its result built), the peak RSS of the process, and the run's request, step and latency
+figures; ``--json FILE`` writes them too.
 
     .venv/bin/python scripts/bench_scale.py                     # the day: ~1M requests
     .venv/bin/python scripts/bench_scale.py --duration-s 3600   # one hour, a quick check
+    .venv/bin/python scripts/bench_scale.py --records full --workload-list   # sessions 13-14
 """
 
 from __future__ import annotations
@@ -20,7 +29,9 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from llmsched_gym.cluster import InstanceSpec, run_cluster
 
@@ -39,27 +50,31 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def workload(source: str, duration_s: float, rate: float, seed: int) -> list:
-    """The day's requests, sorted by arrival."""
+def workload(source: str, duration_s: float, rate: float, seed: int, *, stream: bool) -> Any:
+    """The day's requests, sorted by arrival: an iterator (``stream``) or a list."""
     if source == "servegen":
-        from llmsched_gym.workloads import generate_servegen
+        from llmsched_gym.workloads import generate_servegen, iter_servegen
 
-        return generate_servegen(
-            "m-small", duration_s=duration_s, target_rate_per_s=rate, seed=seed
-        )
+        make = iter_servegen if stream else generate_servegen
+        return make("m-small", duration_s=duration_s, target_rate_per_s=rate, seed=seed)
+    repeated = _repeated_trace(duration_s, rate)
+    return repeated if stream else list(repeated)
+
+
+def _repeated_trace(duration_s: float, rate: float) -> Iterator:
+    """The Azure conversation trace at ``rate``, repeated back to back until the span is covered."""
     from llmsched_gym.workloads.arrivals import rescale_to_rate
     from llmsched_gym.workloads.trace import load_trace
 
     base = rescale_to_rate(load_trace("splitwise-conv"), rate)
     span = base[-1].arrival_time - base[0].arrival_time + 1.0 / rate
-    out = []
     k = 0
-    while True:  # the trace repeated back to back until the span is covered
+    while True:
         for s in base:
             t = s.arrival_time + k * span
             if t >= duration_s:
-                return out
-            out.append(type(s)(f"{s.request_id}-r{k}", t, s.prompt_len, s.output_len, s.max_tokens))
+                return
+            yield type(s)(f"{s.request_id}-r{k}", t, s.prompt_len, s.output_len, s.max_tokens)
         k += 1
 
 
@@ -87,6 +102,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--instances", type=int, default=64, help="instances (default 64)")
     ap.add_argument("--router", default="least-load:requests", help="router (default %(default)s)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--records",
+        choices=("summary", "full"),
+        default="summary",
+        help="records the run keeps: the summary's only (default, bounded memory) or every "
+        "per-request record (run_cluster's records=)",
+    )
+    ap.add_argument(
+        "--workload-list",
+        action="store_true",
+        help="build the whole workload as a list before the run (ServeGen: generate_servegen) "
+        "instead of streaming it (iter_servegen)",
+    )
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = ap.parse_args(argv)
     if args.json:  # before the minutes of the run, not after them
@@ -95,11 +123,14 @@ def main(argv: list[str] | None = None) -> dict:
         except OSError as exc:
             ap.error(f"--json {args.json}: cannot create its folder ({exc.strerror})")
 
+    stream = not args.workload_list
     c0 = cpu_s()
-    specs = workload(args.source, args.duration_s, args.rate, args.seed)
+    specs = workload(args.source, args.duration_s, args.rate, args.seed, stream=stream)
     c1 = cpu_s()
     w0 = time.perf_counter()
-    result = run_cluster(specs, instances(args.instances), args.router, seed=args.seed)
+    result = run_cluster(
+        specs, instances(args.instances), args.router, seed=args.seed, records=args.records
+    )
     wall = time.perf_counter() - w0
     c2 = cpu_s()
     s = result.summary
@@ -108,9 +139,11 @@ def main(argv: list[str] | None = None) -> dict:
         "duration_s": args.duration_s,
         "instances": args.instances,
         "router": args.router,
+        "records": args.records,
+        "workload": "stream" if stream else "list",
         "num_requests": int(s["num_requests"]),
         "num_steps": int(s["num_steps"]),
-        "workload_cpu_s": round(c1 - c0, 2),
+        "workload_cpu_s": None if stream else round(c1 - c0, 2),
         "run_cpu_s": round(c2 - c1, 2),
         "run_wall_s": round(wall, 2),
         "peak_rss_mb": round(peak_rss_mb(), 1),

@@ -4,7 +4,9 @@ Each instance IS an :class:`~llmsched_gym.core.engine.Engine` with its own confi
 KV cache and local scheduler; the cluster only decides where requests go and when each engine
 may advance. The loop takes events (arrivals to route, PD hand-offs) in the order of
 ``(time, sequence number)``: the requests added, from their list sorted by arrival, and the events
-that arise during the run (job stages released, hand-offs) from a heap:
+that arise during the run (job stages released, hand-offs) from a heap. A streamed workload
+(``Cluster.stream``) takes the list's place, refilled batch by batch from its iterator as the
+loop reaches the end of the batch, so the whole workload is never held:
 
 * let ``t`` be the earliest event and ``s`` the earliest ``engine.next_event_time()`` (ties to
   the lowest instance index);
@@ -24,6 +26,11 @@ requests). Engines get a read-only view of the tracker, so local policies still 
 
 Everything is deterministic: heap ties go by sequence number, instance ties by index, and seeded
 routers draw from the run's seed.
+
+Size: one module because the workload's intake (``add``, ``stream``), the loop (``_advance``)
+and the finish listener share the loop's private event state (the arrival list and its sequence
+numbers, the heap, the pending decision); split, each part would reach into the others' state,
+and the compiled loop would call across modules.
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ from __future__ import annotations
 import copy
 import functools
 import heapq
+import itertools
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +64,7 @@ __all__ = [
     "FinishedRecords",
     "Instance",
     "InstanceSpec",
+    "RECORDS",
     "RoutingDecision",
     "run_cluster",
 ]
@@ -67,6 +76,19 @@ _ARRIVAL, _HANDOFF = 0, 1
 
 _FLUSH = 4096
 """Rows the finished-request columns buffer as Python objects before packing them."""
+
+RECORDS = ("full", "summary")
+"""What a cluster keeps of finished requests: every record field (``full``) or only what the
+summary and the per-instance table read (``summary``; see ``Cluster``)."""
+
+_STREAM_BATCH = 1024
+"""Requests a streamed workload is pulled by (``Cluster.stream``)."""
+_STREAM_SEQS = 1 << 40
+"""Sequence numbers a stream reserves: its requests order before every event pushed after it
+started, as the requests of a list added with ``add`` do."""
+_TRIM = 1024
+"""Admitted requests an engine's arrival list may hold before the cluster drops them
+(``Cluster(keep_finished=False)``; ``_enqueue``)."""
 
 
 @dataclass(frozen=True)
@@ -208,8 +230,12 @@ class Cluster:
     and the engines' inter-token samples into typed arrays (``Instance.drain_itl``), so a long
     run holds tens of bytes per request. With ``keep_finished=False`` (``run_cluster``) the
     finished ``Request`` objects are dropped as well: the engines' ``finished`` lists stay
-    empty and ``order`` / ``final`` hold the requests not finished yet; ``True`` (default)
-    keeps them for callers that read them (environments, forks, tests).
+    empty, their arrival lists drop admitted specs, and ``order`` / ``final`` hold the requests
+    not finished yet; ``True`` (default) keeps them for callers that read them (environments,
+    forks, tests). ``records="summary"`` keeps no spec of a finished request either (only the
+    numbers of ``FinishedRecords(keep_specs=False)``): the result then has the summary and the
+    per-instance tables but no per-request records, and jobs and PD disaggregation, whose
+    records need the specs, are refused.
     """
 
     def __init__(
@@ -223,6 +249,7 @@ class Cluster:
         record_steps: bool = False,
         lazy_stretches: bool = True,
         keep_finished: bool = True,
+        records: str = "full",
     ) -> None:
         from llmsched_gym.cost.registry import load_cost_model
         from llmsched_gym.policies.registry import make_policy
@@ -242,6 +269,13 @@ class Cluster:
                     f"instance {s.name!r}: role must be one of {list(ROLES)}, got {s.role!r}"
                 )
         self.disaggregated = bool(roles & {"prefill", "decode"})
+        if records not in RECORDS:
+            raise ConfigError(f"records must be one of {list(RECORDS)}, got {records!r}")
+        if records == "summary" and self.disaggregated:
+            raise ConfigError(
+                "records='summary' does not support PD disaggregation (a request's record "
+                "merges its prefill and decode parts by request id); use records='full'"
+            )
         if self.disaggregated:
             if "prefill" not in roles or "decode" not in roles:
                 missing = "decode" if "prefill" in roles else "prefill"
@@ -302,6 +336,10 @@ class Cluster:
         the heap's keys ``(arrival_time, _arrivals_seq + position)``, without a tuple each."""
         self._next_arrival = 0
         self._arrivals_seq = 0
+        self._stream: Iterator[Any] | None = None
+        """A streamed workload's iterator while it has requests left (``stream``)."""
+        self._stream_last: RequestSpec | None = None
+        """The stream's latest request pulled (its arrival bounds the next one's)."""
         self.order: dict[str, int] = {}
         """Request id -> routing order (the row order of the records)."""
         self.num_routed = 0
@@ -315,7 +353,7 @@ class Cluster:
         """Request id -> instance that finished it (its record's ``instance_id``)."""
         self.finish_callbacks: list[Callable[[int], None]] = []
         self.keep_finished = keep_finished
-        self.records = FinishedRecords()
+        self.records = FinishedRecords(keep_specs=records == "full")
         """Every finished request's record fields (``cluster.records.cluster_result``)."""
         self._views = [x.view() for x in self.instances]
         """One view per instance, handed to every routing decision (``_decision``)."""
@@ -351,28 +389,22 @@ class Cluster:
         """
         specs = []
         jobs = [x for x in items if isinstance(x, Job)]
+        if jobs and not self.records.keep_specs:
+            raise ConfigError(
+                "records='summary' does not support jobs (job metrics are built from the "
+                "per-request records); use records='full'"
+            )
         for x in items:
             if isinstance(x, Job):
                 continue
-            if not isinstance(x, RequestSpec):
-                raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
-            if x.cancel_time is not None:
-                raise ConfigError(
-                    f"request {x.request_id!r} has a cancel_time: aborts are simulated on a "
-                    "single engine (simulate), not yet in a cluster; drop the field"
-                )
-            if self._candidates(x):
+            if self._accept(x):
                 specs.append(x)
-            elif self._refusals(x):
-                self.refused.append(x)
-            else:
-                self._check_routable(x)  # raises: no instance can ever hold it
         for job in jobs:
             for stage in job.stages:
                 for x in stage.requests:
                     self._check_routable(x)
         specs.sort(key=lambda s: s.arrival_time)
-        if self._next_arrival == len(self._arrivals):  # routed from the sorted list
+        if self._stream is None and self._next_arrival == len(self._arrivals):  # the sorted list
             self._arrivals = specs
             self._next_arrival = 0
             self._arrivals_seq = self._seq
@@ -384,6 +416,91 @@ class Cluster:
             self._causal = True
             for x in self.tracker.add(jobs):
                 self._push(x.arrival_time, _ARRIVAL, x)
+
+    def _accept(self, x: Any) -> bool:
+        """Check a request added or streamed: True to route it, False if refused (``refused``).
+
+        Raises for anything but a ``RequestSpec``, a ``cancel_time``, and a request no
+        instance can ever hold.
+        """
+        if not isinstance(x, RequestSpec):
+            raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
+        if x.cancel_time is not None:
+            raise ConfigError(
+                f"request {x.request_id!r} has a cancel_time: aborts are simulated on a "
+                "single engine (simulate), not yet in a cluster; drop the field"
+            )
+        if self._candidates(x):
+            return True
+        if self._refusals(x):
+            self.refused.append(x)
+            return False
+        self._check_routable(x)  # raises: no instance can ever hold it
+        return False  # pragma: no cover - _check_routable raised
+
+    def stream(self, specs: Iterable[RequestSpec]) -> None:
+        """Route requests pulled lazily from ``specs``, an iterable sorted by arrival time.
+
+        The workload is never held whole: the loop pulls ``_STREAM_BATCH`` requests at a time
+        when it has routed the previous ones, so a generator (``iter_servegen``) can produce a
+        day of traffic hour by hour. Each request is checked as ``add`` checks it, when pulled.
+        The run is the one of ``add`` with the same requests as a list, except that a PD
+        continuation's placeholder token id (unique either way) comes from another range.
+
+        Raises:
+            ConfigError: If a stream or an added list is still being routed, or (when pulled)
+                an item is not a ``RequestSpec`` (jobs are added with ``add``).
+            TraceError: When a pulled request arrives before the one pulled before it.
+        """
+        if self._stream is not None or self._next_arrival < len(self._arrivals):
+            raise ConfigError(
+                "stream(): the cluster is still routing an earlier workload (a stream or a list "
+                "given to add()); stream one workload at a time, or add it with add()"
+            )
+        self._stream = iter(specs)
+        self._stream_last = None
+        self._arrivals = []
+        self._next_arrival = 0
+        self._arrivals_seq = self._seq
+        self._seq += _STREAM_SEQS
+
+    def _pull(self) -> None:
+        """Refill ``_arrivals`` with the stream's next requests; end the stream when none are left.
+
+        A batch's requests keep the sequence numbers that follow the previous batch's.
+        """
+        self._arrivals_seq += len(self._arrivals)
+        batch: list[RequestSpec] = []
+        last = self._stream_last
+        while not batch:
+            pulled = 0
+            for x in itertools.islice(self._stream, _STREAM_BATCH):
+                pulled += 1
+                if isinstance(x, Job):
+                    raise ConfigError(
+                        f"a streamed workload holds RequestSpecs only, got job {x.job_id!r}; "
+                        "add jobs with add() (or run_cluster with a list)"
+                    )
+                if (
+                    isinstance(x, RequestSpec)
+                    and last is not None
+                    and (x.arrival_time < last.arrival_time)
+                ):
+                    raise TraceError(
+                        f"streamed request {x.request_id!r} arrives at {x.arrival_time!r} s, "
+                        f"before the request streamed before it ({last.request_id!r} at "
+                        f"{last.arrival_time!r} s): a stream must be sorted by arrival_time; "
+                        "sort it, or pass a list (run_cluster and add sort lists)"
+                    )
+                if self._accept(x):
+                    batch.append(x)
+                last = x
+            if not pulled:
+                self._stream = None  # exhausted: let the iterator go
+                break
+        self._stream_last = last
+        self._arrivals = batch
+        self._next_arrival = 0
 
     def _push(self, t: float, kind: int, payload: Any) -> None:
         heapq.heappush(self._heap, (t, self._seq, kind, payload))
@@ -450,16 +567,34 @@ class Cluster:
         """
         return functools.partial(self._on_finish, inst)
 
-    @cython.locals(req=Request, engine=Engine, index=cython.long, keep=cython.bint)
+    @cython.locals(
+        req=Request, engine=Engine, index=cython.long, keep=cython.bint, keep_specs=cython.bint
+    )
     def _on_finish(self, inst: Instance, finished: list[Request], t: float) -> None:
         (arrival, scheduled, first_token, finish, prompt, output, cached, computed, preemptions,
          priority, external, instance, seq, order_col) = self.records.buffers  # fmt: skip
-        specs = self.records.specs
+        records = self.records
+        specs = records.specs
+        keep_specs = records.keep_specs
+        slo = records.slo_buffers
         order = self.order
         keep = self.keep_finished
         index = inst.index
         for req in finished:  # the record's fields (``FinishedRecords``)
-            specs.append(req.spec)
+            spec = req.spec
+            if keep_specs:
+                specs.append(spec)
+            else:
+                if slo is None and (
+                    spec.slo_ttft_s is not None
+                    or spec.slo_tpot_s is not None
+                    or spec.deadline_s is not None
+                ):
+                    slo = records.start_slo()  # NaN for the rows so far, then each row's
+                if slo is not None:
+                    slo[0].append(spec.slo_ttft_s)
+                    slo[1].append(spec.slo_tpot_s)
+                    slo[2].append(spec.deadline_s)
             arrival.append(req.arrival_time)
             scheduled.append(req.first_scheduled_time)
             first_token.append(req.first_token_time)
@@ -476,7 +611,7 @@ class Cluster:
             order_col.append(order[req.request_id])
         inst.num_finished += len(finished)
         if len(arrival) >= _FLUSH:
-            self.records.flush()
+            records.flush()
         engine = inst.engine
         if len(engine.itl_values) >= _FLUSH:
             inst.drain_itl()
@@ -549,6 +684,10 @@ class Cluster:
         while True:
             # The next arrival: the sorted list's or the heap's, by (time, sequence number).
             k = self._next_arrival
+            if k == len(arrivals) and self._stream is not None:
+                self._pull()
+                arrivals = self._arrivals
+                k = 0
             t_arr = heap[0][0] if heap else inf
             from_list = False
             if k < len(arrivals):
@@ -653,9 +792,22 @@ class Cluster:
         if inst.role == "prefill":
             self._in_prefill[spec.request_id] = spec
             inst.num_prefill_copies += 1
-            inst.engine.enqueue(prefill_spec(spec))
+            self._enqueue(inst.engine, prefill_spec(spec), 0)
         else:
-            inst.engine.enqueue(spec)
+            self._enqueue(inst.engine, spec, 0)
+
+    @cython.locals(engine=Engine)
+    def _enqueue(self, engine: Engine, spec: RequestSpec, computed_tokens: int) -> None:
+        """``engine.enqueue``; without ``keep_finished``, then drop the specs it has admitted.
+
+        An engine keeps every request routed to it in its arrival list (``_pending``) and
+        admits from ``_next_arrival`` on; everything reads the list from there, so the admitted
+        head can go (it would hold every spec of a long run).
+        """
+        engine.enqueue(spec, computed_tokens)
+        if not self.keep_finished and engine._next_arrival >= _TRIM:
+            del engine._pending[: engine._next_arrival]
+            engine._next_arrival = 0
 
     def _handoff(self, event: tuple[float, int, int, Any]) -> None:
         t, seq, _, (spec, prefill_req, p_index) = event
@@ -678,7 +830,7 @@ class Cluster:
         )
         self.handoffs[spec.request_id] = (prefill_req, p_index, xfer)
         continuation = decode_spec(spec, t + xfer, token_id=-1 - seq)
-        inst.engine.enqueue(continuation, computed_tokens=spec.prompt_len)
+        self._enqueue(inst.engine, continuation, spec.prompt_len)
 
     def run(self, progress: Callable[[int], None] | None = None) -> None:
         """Run to the end, routing every arrival with the cluster's router.
@@ -740,7 +892,7 @@ class Cluster:
 
 
 def run_cluster(
-    items: Sequence[RequestSpec | Job],
+    items: Sequence[RequestSpec | Job] | Iterable[RequestSpec],
     instances: Sequence[InstanceSpec | Mapping[str, Any]],
     router: Any = "round-robin",
     *,
@@ -749,14 +901,20 @@ def run_cluster(
     fast_forward: bool = True,
     record_steps: bool = False,
     progress: bool = False,
+    records: str = "full",
 ) -> Any:
     """Simulate a workload on a cluster without a scenario; returns a ``ClusterResult``.
 
     Finished requests are folded into the records and dropped as they finish
-    (``Cluster(keep_finished=False)``), so memory stays bounded on long runs.
+    (``Cluster(keep_finished=False)``). A list (any ``Sequence``) is added whole and sorted by
+    arrival; any other iterable (a generator, ``iter(list)``) is streamed (``Cluster.stream``):
+    pulled in batches as the run reaches them, so it must be sorted by arrival time and hold
+    requests only, and the workload is never held whole. A stream with ``records="summary"``
+    runs in memory that grows by tens of bytes per request plus 9 bytes per inter-token sample
+    (about one per instance step), which the exact ITL statistics need.
 
     Args:
-        items: Requests and jobs.
+        items: Requests and jobs (a list), or requests sorted by arrival (any other iterable).
         instances: One ``InstanceSpec`` (or mapping of its fields) per instance.
         router: A router name (``make_router``) or object with ``route``.
         pd: PD settings (used when some instance has role ``prefill`` / ``decode``).
@@ -764,29 +922,56 @@ def run_cluster(
         fast_forward: Let engines advance pure-decode stretches in closed form.
         record_steps: Keep per-step records of every instance.
         progress: Show a progress bar (tqdm) of finished requests.
+        records: ``"full"`` (default): every per-request record (``result.requests``), ITL
+            samples (``result.itl``) and job records. ``"summary"``: only what
+            ``result.summary`` and the per-instance tables need (the same values, bit for bit);
+            no per-request records, no ``itl``, no ``stage_shares``; refuses jobs and PD.
+
+    Raises:
+        ConfigError: For an empty workload, a bad ``records``, or jobs or PD with
+            ``records="summary"``; and, when pulled, for a streamed item that is not a
+            ``RequestSpec``.
+        TraceError: For a streamed request that arrives before the one streamed before it.
     """
     from llmsched_gym.cluster.records import cluster_result
 
-    items = list(items)
-    if not items:
-        raise ConfigError("the workload holds no requests")
-    jobs = [x for x in items if isinstance(x, Job)]
+    if records not in RECORDS:
+        raise ConfigError(f"records must be one of {list(RECORDS)}, got {records!r}")
+    streamed = not isinstance(items, Sequence)
+    if streamed:
+        stream = iter(items)
+        first = next(stream, None)
+        if first is None:
+            raise ConfigError("the workload stream holds no requests (it was empty or exhausted)")
+        jobs: list[Job] = []
+    else:
+        items = list(items)
+        if not items:
+            raise ConfigError("the workload holds no requests")
+        jobs = [x for x in items if isinstance(x, Job)]
     with gc_paused():
         t0 = time.perf_counter()
         cluster = Cluster(
             instances, router, pd=pd, seed=seed, fast_forward=fast_forward,
-            record_steps=record_steps, keep_finished=False,
+            record_steps=record_steps, keep_finished=False, records=records,
         )  # fmt: skip
-        cluster.add(items)
+        if streamed:
+            cluster.stream(itertools.chain((first,), stream))
+        else:
+            cluster.add(items)
         if progress:
             from tqdm import tqdm
 
-            total = sum(1 for x in items if not isinstance(x, Job)) + sum(
-                j.num_requests for j in jobs
-            )
+            total = None  # a stream's length is unknown
+            if not streamed:
+                total = sum(1 for x in items if not isinstance(x, Job)) + sum(
+                    j.num_requests for j in jobs
+                )
             with tqdm(total=total, unit="req", desc="simulate cluster", leave=False) as bar:
                 cluster.run(progress=bar.update)
         else:
             cluster.run()
         wall = time.perf_counter() - t0
-        return cluster_result(cluster, jobs, wall_s=wall, record_steps=record_steps)
+        return cluster_result(
+            cluster, jobs, wall_s=wall, record_steps=record_steps, release_itl=True
+        )

@@ -1,7 +1,9 @@
 """Finished requests' record fields and inter-token samples, folded into compact columns.
 
 A long cluster run keeps tens of bytes per finished request here instead of its ``Request``
-object (``Cluster(keep_finished=False)``); ``cluster.records`` builds the tables from them.
+object (``Cluster(keep_finished=False)``); ``cluster.records`` builds the tables from them. With
+``keep_specs=False`` (``Cluster(records="summary")``) not even the spec is kept: only the numbers
+the summary reads, and the SLO columns once some request has an SLO.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from llmsched_gym.core.request import RequestSpec
 
-__all__ = ["FLOAT_FIELDS", "INT_FIELDS", "Column", "FinishedRecords"]
+__all__ = ["FLOAT_FIELDS", "INT_FIELDS", "SLO_FIELDS", "Column", "FinishedRecords"]
 
 
 class Column:
@@ -89,6 +91,8 @@ INT_FIELDS = (
 )
 """The integer fields of a row: the ``Request``'s counters (``num_cached_tokens`` at least 0),
 the instance it finished on, its arrival ``seq`` on that engine and its routing order."""
+SLO_FIELDS = ("slo_ttft_s", "slo_tpot_s", "deadline_s")
+"""The spec's SLO fields, kept as float columns (NaN for None) when the specs are not."""
 
 
 class FinishedRecords:
@@ -98,20 +102,44 @@ class FinishedRecords:
     its decode instance; ``cluster.records`` merges them): its spec (shared with the workload)
     and ``FLOAT_FIELDS`` / ``INT_FIELDS`` as ``Column``s, about 50 bytes a row, so a cluster
     can drop its finished ``Request`` objects (``Cluster(keep_finished=False)``).
+
+    With ``keep_specs=False`` the spec is dropped too (the summary needs none of its text
+    fields): a row is its numbers alone, plus ``SLO_FIELDS`` from the first request that has
+    an SLO on (``slo_columns``; earlier rows read NaN), so the workload's specs can be freed
+    as their requests finish.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_specs: bool = True) -> None:
+        self.keep_specs = keep_specs
         self.specs: list[RequestSpec] = []
-        """Each row's ``Request.spec``."""
+        """Each row's ``Request.spec`` (empty without ``keep_specs``)."""
         self.columns = {name: Column("d") for name in FLOAT_FIELDS}
         self.columns.update({name: Column("i") for name in INT_FIELDS})
         self.buffers = tuple(c.buffer for c in self.columns.values())
         """The columns' buffers, ``FLOAT_FIELDS`` then ``INT_FIELDS`` (``Cluster._on_finish``)."""
+        self.slo_columns: dict[str, Column] | None = None
+        """``SLO_FIELDS`` columns without ``keep_specs``, from ``start_slo`` on (else None)."""
+        self.slo_buffers: tuple[list, ...] | None = None
+        """Their buffers, in ``SLO_FIELDS`` order (``Cluster._on_finish``)."""
 
     def __len__(self) -> int:
-        return len(self.specs)
+        return len(self.columns["order"])
+
+    def start_slo(self) -> tuple[list, ...]:
+        """Start the SLO columns, NaN for every row so far; returns their buffers."""
+        self.slo_columns = {}
+        rows = len(self)
+        for name in SLO_FIELDS:
+            column = Column("d")
+            column.data = array("d", [math.nan]) * rows
+            self.slo_columns[name] = column
+        self.slo_buffers = tuple(c.buffer for c in self.slo_columns.values())
+        return self.slo_buffers
 
     def flush(self) -> None:
         """Pack every buffered value into its typed array."""
         for column in self.columns.values():
             column.flush()
+        if self.slo_columns is not None:
+            for column in self.slo_columns.values():
+                column.flush()

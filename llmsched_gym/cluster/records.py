@@ -5,6 +5,10 @@ A PD request is one row: arrival, first scheduling and first token from its pref
 (``prefill_instance_id``), finish from its decode instance, ``kv_transfer_s`` the KV transfer,
 token counts summed over both parts. Its first inter-token gap (first token on the prefill
 instance to second token on the decode instance) joins the ITL samples.
+
+A cluster run with ``records="summary"`` has no per-request rows: ``cluster_result`` computes
+the summary from the same columns in the same row order (so the same values, bit for bit) and
+leaves ``request_table`` empty (``ClusterResult.requests`` says why).
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_gym._gc import return_free_memory
+from llmsched_gym.cluster.folded import SLO_FIELDS, Column
 from llmsched_gym.cluster.routers import router_name
 from llmsched_gym.core.job import Job
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.metrics.columns import Metric
 from llmsched_gym.metrics.columns import RequestColumn as RC
+from llmsched_gym.metrics.order_stats import itl_statistics
 from llmsched_gym.metrics.results import RequestsFrameMixin
 from llmsched_gym.metrics.table import spec_columns
 
@@ -54,7 +63,20 @@ class ClusterResult(RequestsFrameMixin):
     num_steps: int = 0
     num_fast_forward_steps: int = 0
     wall_s: float = 0.0
+    records: str = "full"
+    """What the run kept (``run_cluster(records=)``): ``"summary"`` leaves ``request_table``
+    empty and ``itl`` None."""
     _frame: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def requests(self) -> Any:
+        """Per-request records as a DataFrame (``RequestColumn`` columns)."""
+        if self.records == "summary":
+            raise ConfigError(
+                "this cluster run kept no per-request records (records='summary'): it has "
+                "summary, instances and gpus only; run it with records='full' for them"
+            )
+        return super().requests
 
     @property
     def scheduler(self) -> str:
@@ -127,6 +149,50 @@ def _merged_columns(cluster: Any) -> tuple[dict[str, Any], list[float]]:
         on_decode = on_decode[np.lexsort((cols["seq"][on_decode], inst[on_decode]))]
         _merge_pd(raw, specs, on_decode.tolist(), handoffs, gaps)
     return raw, gaps
+
+
+def _summary_columns(cluster: Any) -> dict[str, np.ndarray]:
+    """The columns ``summary_values`` reads, from a ``records="summary"`` cluster's records.
+
+    The rows and their order are ``_merged_columns``' (no PD: each row is a whole request) and
+    the values are converted as ``request_table`` converts them, so every summary statistic,
+    sums and means included, is bit for bit the one of a ``records="full"`` run.
+    """
+    rec = cluster.records
+    cols = rec.columns
+    inst = cols["instance"].view()
+    seq = cols["seq"].view()
+    if len(cluster.instances) == 1:
+        rows = np.argsort(seq, kind="stable")
+    else:
+        rows = np.lexsort((seq, inst, cols["order"].view()))
+    del inst, seq
+
+    def column(name: str, dtype: Any) -> np.ndarray:
+        return cols[name].view()[rows].astype(dtype)
+
+    prompt = column("num_prompt_tokens", np.int64)
+    output = column("num_output_tokens", np.int64)
+    cached = column("num_cached_tokens", np.int64)
+    computed = column("num_computed_total", np.int64)
+    out = {
+        RC.ARRIVAL_TIME_S.value: column("arrival_time", np.float64),
+        RC.FIRST_TOKEN_TIME_S.value: column("first_token_time", np.float64),
+        RC.FINISH_TIME_S.value: column("finish_time", np.float64),
+        RC.NUM_PROMPT_TOKENS.value: prompt,
+        RC.NUM_OUTPUT_TOKENS.value: output,
+        RC.NUM_CACHED_TOKENS.value: cached,
+        RC.NUM_PREEMPTIONS.value: column("num_preemptions", np.int64),
+        # Refill as ``_merged_columns`` computes it.
+        RC.NUM_REFILL_TOKENS.value: computed - (prompt + output - 1 - cached),
+    }
+    slo_names = (RC.SLO_TTFT_S.value, RC.SLO_TPOT_S.value, RC.DEADLINE_S.value)
+    for name, field_name in zip(slo_names, SLO_FIELDS, strict=True):
+        if rec.slo_columns is None:  # no request had an SLO
+            out[name] = np.full(len(rows), np.nan)
+        else:
+            out[name] = rec.slo_columns[field_name].view()[rows].astype(np.float64)
+    return out
 
 
 def _nan(value: float | None) -> float:
@@ -252,62 +318,123 @@ def stage_shares(table: dict[str, np.ndarray], names: Sequence[str]) -> Any:
     return shares.reindex(columns=[n for n in names if n in shares.columns])
 
 
-def _itl_samples(instances: Sequence[Any], gaps: list[float]) -> tuple[np.ndarray, np.ndarray]:
+def _itl_samples(
+    instances: Sequence[Any], gaps: list[float], *, release: bool = False, narrow: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Every inter-token sample: instance by instance, then the PD first gaps (weight 1).
 
     Copied from each instance's packed columns straight into the float64 / int64 result, with
     no per-instance copies in between (28 M samples on a day of a 64-instance cluster).
+    ``release`` empties each instance's columns once copied (the run is over), so they and the
+    result are not held at once. ``narrow`` keeps the weights in the columns' integer type
+    (uint8 unless one overflowed) instead of int64: the same multiplicities, 7 bytes a sample
+    less, for a summary that does not keep them.
     """
     for x in instances:
         x.drain_itl()
-    columns = [(x.itl_values.view(), x.itl_weights.view()) for x in instances]
-    total = sum(len(v) for v, _ in columns) + len(gaps)
+    total = sum(len(x.itl_values) for x in instances) + len(gaps)
+    wtype = np.int64
+    if narrow:
+        wtype = np.result_type(np.uint8, *[x.itl_weights.view().dtype for x in instances])
     values = np.empty(total, dtype=np.float64)
-    weights = np.empty(total, dtype=np.int64)
+    weights = np.empty(total, dtype=wtype)
     at = 0
-    for v, w in columns:
-        values[at : at + len(v)] = v
-        weights[at : at + len(w)] = w
-        at += len(v)
+    for x in instances:
+        v, w = x.itl_values.view(), x.itl_weights.view()
+        n = len(v)
+        values[at : at + n] = v
+        weights[at : at + n] = w
+        at += n
+        if release:
+            del v, w  # views of the arrays dropped next
+            x.itl_values = Column("d")
+            x.itl_weights = Column("B")
+            return_free_memory()
     values[at:] = gaps
     weights[at:] = 1
     return values, weights
 
 
-def cluster_result(cluster: Any, jobs: Sequence[Job], *, wall_s: float, record_steps: bool):
-    """Build the :class:`ClusterResult` of a finished ``Cluster``."""
+def _makespan(table: dict[str, np.ndarray]) -> float:
+    """Last finish minus first arrival over the request table (0 for no rows)."""
+    arrivals = table[RC.ARRIVAL_TIME_S.value]
+    finishes = table[RC.FINISH_TIME_S.value]
+    return float(np.nanmax(finishes) - np.nanmin(arrivals)) if len(arrivals) else 0.0
+
+
+def _summary_only(cluster: Any, steps: Any) -> tuple[dict[str, Any], float]:
+    """The summary and makespan of a ``records="summary"`` cluster, releasing as it goes.
+
+    The request columns go before the inter-token samples are gathered, the instances'
+    sample columns as they are copied, and the ITL statistics come from ``itl_statistics``
+    (the values of ``summary_values``' without its per-bucket sorts), so the peak is the
+    samples and one float64 copy of their weights.
+    """
+    from llmsched_gym.metrics.summary import summary_values
+
+    table = _summary_columns(cluster)
+    summary = summary_values(table, steps, itl=None)
+    makespan = _makespan(table)
+    del table
+    values, weights = _itl_samples(cluster.instances, [], release=True, narrow=True)
+    stats = itl_statistics(values, weights)
+    names = (Metric.ITL_S_MEAN, Metric.ITL_S_P50, Metric.ITL_S_P90, Metric.ITL_S_P99)
+    for name, value in zip(names, stats, strict=True):
+        summary[name.value] = value
+    return summary, makespan
+
+
+def cluster_result(
+    cluster: Any,
+    jobs: Sequence[Job],
+    *,
+    wall_s: float,
+    record_steps: bool,
+    release_itl: bool = False,
+):
+    """Build the :class:`ClusterResult` of a finished ``Cluster``.
+
+    ``release_itl`` empties the instances' inter-token columns as they are copied into the
+    result (``run_cluster``, whose cluster is done), so the two are not held at once. A
+    cluster with ``records="summary"`` gives a result without per-request records or ``itl``.
+    """
     from llmsched_gym.metrics.summary import summary_values
     from llmsched_gym.metrics.table import request_table
 
     sync = getattr(cluster, "sync", None)
     if sync is not None:  # a truncated run may leave decode stretches pending
         sync()
-    raw, gaps = _merged_columns(cluster)
-    table = request_table(raw)
+    full = cluster.records.keep_specs
     steps = None
     if record_steps:
         from llmsched_gym.metrics.records import steps_frame
 
         steps = [steps_frame(x.engine.step_columns()) for x in cluster.instances]
-    itl = _itl_samples(cluster.instances, gaps)
     one = len(cluster.instances) == 1
-    summary = summary_values(table, steps[0] if steps and one else None, itl=itl)
+    steps_one = steps[0] if steps and one else None
+    if full:
+        raw, gaps = _merged_columns(cluster)
+        table = request_table(raw)
+        del raw
+        itl = _itl_samples(cluster.instances, gaps, release=release_itl)
+        summary = summary_values(table, steps_one, itl=itl)
+        makespan = _makespan(table)
+    else:
+        table, itl = {}, None
+        summary, makespan = _summary_only(cluster, steps_one)
     engines = [x.engine for x in cluster.instances]
     summary["num_refused"] = len(cluster.refused)
     summary["num_aborted"] = sum(len(e.aborted) for e in engines)  # 0: clusters refuse cancels
     summary["num_steps"] = sum(e.num_steps for e in engines)
     summary["prefix_cache_queries"] = sum(e.kv.queries for e in engines)
     summary["prefix_cache_hits"] = sum(e.kv.hits for e in engines)
-    arrivals = table[RC.ARRIVAL_TIME_S.value]
-    finishes = table[RC.FINISH_TIME_S.value]
-    makespan = float(np.nanmax(finishes) - np.nanmin(arrivals)) if len(arrivals) else 0.0
     instances = instance_table(cluster, makespan)
     result = ClusterResult(
         request_table=table,
         summary=summary,
         instances=instances,
         gpus=gpu_table(instances, makespan),
-        stage_shares=stage_shares(table, [x.name for x in cluster.instances]),
+        stage_shares=stage_shares(table, [x.name for x in cluster.instances]) if full else None,
         itl=itl,
         steps=steps,
         router=router_name(cluster.router),
@@ -317,6 +444,7 @@ def cluster_result(cluster: Any, jobs: Sequence[Job], *, wall_s: float, record_s
         num_steps=summary["num_steps"],
         num_fast_forward_steps=sum(e.num_ff_steps for e in engines),
         wall_s=wall_s,
+        records="full" if full else "summary",
     )
     if jobs:
         from llmsched_gym.metrics.records import jobs_frame

@@ -39,6 +39,7 @@ from llmsched_gym.workloads.servegen import (
     SERVEGEN_MODELS,
     ServeGenPool,
     generate_servegen,
+    iter_servegen,
     load_servegen,
 )
 from llmsched_gym.workloads.stats import (
@@ -73,6 +74,7 @@ __all__ = [
     "gamma_arrivals",
     "generate_servegen",
     "infermax_mix",
+    "iter_servegen",
     "list_traces",
     "load_servegen",
     "load_trace",

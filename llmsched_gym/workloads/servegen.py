@@ -33,17 +33,25 @@ How ``generate_servegen`` builds requests (our generator, not a port of ServeGen
   generates at least one token.
 * **Determinism.** Each client draws from its own stream ``numpy.random.default_rng([seed,
   client])``, so a client's requests do not change when other clients are selected or dropped.
+
+``iter_servegen`` yields the same kind of stream lazily, an hour (``chunk_s``) at a time, for
+runs too long to hold as a list (``run_cluster`` streams it): a day of ``m-small`` at 12
+requests/s is about a million requests. Each 10-minute window of each client draws from its own
+stream ``numpy.random.default_rng([seed, client, window_start_s])``, so the requests do not
+depend on ``chunk_s``; they are not ``generate_servegen``'s (whose windows share one stream per
+client), but they follow the same rules.
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 import functools
 import gzip
 import io
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -60,6 +68,7 @@ __all__ = [
     "ServeGenPool",
     "ServeGenWindow",
     "generate_servegen",
+    "iter_servegen",
     "load_servegen",
 ]
 
@@ -368,6 +377,63 @@ def _check_number(name: str, value: Any, *, minimum: float, strict: bool) -> flo
     return float(value)
 
 
+def _window_requests(
+    pool: ServeGenPool,
+    client: ServeGenClient,
+    window: ServeGenWindow,
+    scale: float,
+    rng: np.random.Generator,
+    start: float,
+    end: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """One client's requests in one window, within ``[start, end)``: (arrivals, prompts, outputs).
+
+    The renewal process starts at the window start and is cut at its end (module docstring);
+    lengths are drawn after the arrivals, from the same ``rng``. None when no request falls in.
+    """
+    w_end = window.start_s + pool.window_s
+    rate = window.rate_per_s * scale
+    expected_n = rate * pool.window_s
+    times: list[np.ndarray] = []
+    clock = float(window.start_s)
+    while clock < w_end:
+        gaps = _gaps(window, rate, rng, int(expected_n * 1.25) + 16)
+        arrivals = clock + np.cumsum(gaps)
+        times.append(arrivals)
+        clock = float(arrivals[-1])
+    arrivals = np.concatenate(times)
+    arrivals = arrivals[(arrivals < w_end) & (arrivals >= start) & (arrivals < end)]
+    if not len(arrivals):
+        return None
+    prompts, outputs = _draw_lengths(client.lengths_at(window.start_s), rng, len(arrivals))
+    return arrivals, prompts, outputs
+
+
+def _rate_scale(
+    pool: ServeGenPool,
+    selected: list[ServeGenClient],
+    start: float,
+    duration: float,
+    rate_scale: float | None,
+    target_rate_per_s: float | None,
+) -> float:
+    """The factor on every client's rate: ``rate_scale``, or the one reaching the target rate."""
+    if rate_scale is not None and target_rate_per_s is not None:
+        raise ValueError("give at most one of rate_scale and target_rate_per_s")
+    if rate_scale is not None:
+        return _check_number("rate_scale", rate_scale, minimum=0.0, strict=True)
+    if target_rate_per_s is None:
+        return 1.0
+    target = _check_number("target_rate_per_s", target_rate_per_s, minimum=0.0, strict=True)
+    expected = pool.expected_requests(start, duration, [c.client_id for c in selected])
+    if expected <= 0:
+        raise ValueError(
+            f"target_rate_per_s: the selected clients send no requests in "
+            f"[{start:g}, {start + duration:g}) s, so no scaling reaches {target!r}"
+        )
+    return target * duration / expected
+
+
 def generate_servegen(
     model: str | ServeGenPool,
     *,
@@ -400,26 +466,8 @@ def generate_servegen(
         ValueError: For an argument out of range; the message names it and its value.
         TraceError: For an unknown model.
     """
-    pool = model if isinstance(model, ServeGenPool) else load_servegen(model)
-    start = _check_number("start_s", start_s, minimum=0.0, strict=False)
-    duration = _check_number("duration_s", duration_s, minimum=0.0, strict=True)
-    if not is_int(seed) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    if rate_scale is not None and target_rate_per_s is not None:
-        raise ValueError("give at most one of rate_scale and target_rate_per_s")
-    selected = pool._selected(clients)
-    scale = 1.0
-    if rate_scale is not None:
-        scale = _check_number("rate_scale", rate_scale, minimum=0.0, strict=True)
-    elif target_rate_per_s is not None:
-        target = _check_number("target_rate_per_s", target_rate_per_s, minimum=0.0, strict=True)
-        expected = pool.expected_requests(start, duration, [c.client_id for c in selected])
-        if expected <= 0:
-            raise ValueError(
-                f"target_rate_per_s: the selected clients send no requests in "
-                f"[{start:g}, {start + duration:g}) s, so no scaling reaches {target!r}"
-            )
-        scale = target * duration / expected
+    pool, start, duration, seed, selected = _check_args(model, start_s, duration_s, seed, clients)
+    scale = _rate_scale(pool, selected, start, duration, rate_scale, target_rate_per_s)
     end = start + duration
     rows: list[tuple[float, int, int, int, int]] = []
     for client in selected:
@@ -428,20 +476,10 @@ def generate_servegen(
             w_end = window.start_s + pool.window_s
             if w_end <= start or window.start_s >= end:
                 continue
-            rate = window.rate_per_s * scale
-            expected_n = rate * pool.window_s
-            times: list[np.ndarray] = []
-            clock = float(window.start_s)
-            while clock < w_end:
-                gaps = _gaps(window, rate, rng, int(expected_n * 1.25) + 16)
-                arrivals = clock + np.cumsum(gaps)
-                times.append(arrivals)
-                clock = float(arrivals[-1])
-            arrivals = np.concatenate(times)
-            arrivals = arrivals[(arrivals < w_end) & (arrivals >= start) & (arrivals < end)]
-            if not len(arrivals):
+            drawn = _window_requests(pool, client, window, scale, rng, start, end)
+            if drawn is None:
                 continue
-            prompts, outputs = _draw_lengths(client.lengths_at(window.start_s), rng, len(arrivals))
+            arrivals, prompts, outputs = drawn
             rows.extend(
                 zip(
                     (arrivals - start).tolist(),
@@ -458,6 +496,114 @@ def generate_servegen(
         RequestSpec(f"{prefix}{i}", t, prompt, output, output, client_id=f"{pool.model}/{cid}")
         for i, (t, cid, _, prompt, output) in enumerate(rows)
     ]
+
+
+def _check_args(
+    model: str | ServeGenPool, start_s: Any, duration_s: Any, seed: Any, clients: Any
+) -> tuple[ServeGenPool, float, float, int, list[ServeGenClient]]:
+    """The pool, checked start and duration, seed and selected clients of a generator call."""
+    pool = model if isinstance(model, ServeGenPool) else load_servegen(model)
+    start = _check_number("start_s", start_s, minimum=0.0, strict=False)
+    duration = _check_number("duration_s", duration_s, minimum=0.0, strict=True)
+    if not is_int(seed) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    return pool, start, duration, seed, pool._selected(clients)
+
+
+def iter_servegen(
+    model: str | ServeGenPool,
+    *,
+    start_s: float = 0.0,
+    duration_s: float = 86_400.0,
+    rate_scale: float | None = None,
+    target_rate_per_s: float | None = None,
+    clients: Iterable[int] | None = None,
+    seed: int = 0,
+    chunk_s: float = 3600.0,
+) -> Iterator[RequestSpec]:
+    """Yields a ServeGen request stream lazily, ``chunk_s`` of arrivals at a time.
+
+    For spans too long to hold as a list (``run_cluster`` streams any iterator): only one
+    chunk's requests exist at once. The arguments are ``generate_servegen``'s (checked when
+    called, not when iterated) and so are the rules, but every 10-minute window of every client
+    draws from its own stream (``default_rng([seed, client, window_start_s])``, lengths after
+    arrivals), so the requests are deterministic under ``seed`` and the same for every
+    ``chunk_s``, though not ``generate_servegen``'s.
+
+    Args:
+        model: A key of ``SERVEGEN_MODELS`` or a loaded pool.
+        start_s: Start of the span within the ServeGen trace (seconds; shifted to 0).
+        duration_s: Length of the span (seconds, > 0; default a day).
+        rate_scale: Multiplies every client's rate (default 1).
+        target_rate_per_s: Alternatively, the mean aggregate rate wanted over the whole span.
+        clients: Client ids to include (default: every client with length data).
+        seed: Non-negative int; the same seed gives the same requests.
+        chunk_s: Seconds of arrivals generated at a time (> 0; memory, not the requests).
+
+    Returns:
+        An iterator of requests sorted by arrival time (ties by client id), ids
+        ``servegen-<model>-<i>`` numbered in that order, ``client_id`` ``"<model>/<client>"``.
+
+    Raises:
+        ValueError: For an argument out of range; the message names it and its value.
+        TraceError: For an unknown model.
+    """
+    pool, start, duration, seed, selected = _check_args(model, start_s, duration_s, seed, clients)
+    scale = _rate_scale(pool, selected, start, duration, rate_scale, target_rate_per_s)
+    chunk = _check_number("chunk_s", chunk_s, minimum=0.0, strict=True)
+    return _servegen_chunks(pool, selected, scale, seed, start, start + duration, chunk)
+
+
+def _servegen_chunks(
+    pool: ServeGenPool,
+    selected: list[ServeGenClient],
+    scale: float,
+    seed: int,
+    start: float,
+    end: float,
+    chunk: float,
+) -> Iterator[RequestSpec]:
+    """``iter_servegen``'s generator: the span cut into chunks, each sorted and yielded."""
+    starts = {c.client_id: [w.start_s for w in c.windows] for c in selected}
+    prefix = f"servegen-{pool.model}-"
+    number = 0
+    k = 0
+    while True:
+        lo = start + k * chunk
+        if lo >= end:
+            return
+        hi = min(start + (k + 1) * chunk, end)
+        k += 1
+        rows: list[tuple[float, int, int, int, int]] = []
+        for client in selected:
+            cid = client.client_id
+            # Windows overlapping [lo, hi): starting after lo - window_s and before hi.
+            first = bisect.bisect_right(starts[cid], lo - pool.window_s)
+            last = bisect.bisect_left(starts[cid], hi)
+            for window in client.windows[first:last]:
+                rng = np.random.default_rng([seed, cid, window.start_s])
+                drawn = _window_requests(pool, client, window, scale, rng, start, end)
+                if drawn is None:
+                    continue
+                arrivals, prompts, outputs = drawn  # the whole window's, cut to [lo, hi) here
+                inside = (arrivals >= lo) & (arrivals < hi)
+                n = int(inside.sum())
+                rows.extend(
+                    zip(
+                        (arrivals[inside] - start).tolist(),
+                        [cid] * n,
+                        range(len(rows), len(rows) + n),
+                        prompts[inside].tolist(),
+                        outputs[inside].tolist(),
+                        strict=True,
+                    )
+                )
+        rows.sort()
+        for t, cid, _, prompt, output in rows:
+            yield RequestSpec(
+                f"{prefix}{number}", t, prompt, output, output, client_id=f"{pool.model}/{cid}"
+            )
+            number += 1
 
 
 def _draw_lengths(

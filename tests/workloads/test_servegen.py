@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from llmsched_gym.errors import TraceError
-from llmsched_gym.workloads import SERVEGEN_MODELS, generate_servegen, load_servegen
+from llmsched_gym.workloads import (
+    SERVEGEN_MODELS,
+    generate_servegen,
+    iter_servegen,
+    load_servegen,
+)
 from llmsched_gym.workloads.servegen import parse_pool
 
 
@@ -117,3 +122,35 @@ def test_malformed_rows_name_file_line_and_field() -> None:
     pmf.pop("n", None)
     with pytest.raises(TraceError, match=rf"lengths window {window}: field 'output_tokens'"):
         parse_pool(bad, "f.gz", "mm-image")
+
+
+def test_lazy_generation_is_deterministic_whatever_the_chunks() -> None:
+    """``iter_servegen``: the same requests under a seed, for any chunk length, sorted."""
+    kwargs = dict(start_s=36_300, duration_s=2_400, target_rate_per_s=5.0)
+    a = list(iter_servegen("m-small", seed=4, **kwargs))
+    assert a == list(iter_servegen("m-small", seed=4, **kwargs))
+    assert a == list(iter_servegen("m-small", seed=4, chunk_s=250.0, **kwargs))
+    assert a == list(iter_servegen("m-small", seed=4, chunk_s=1e6, **kwargs))
+    assert a != list(iter_servegen("m-small", seed=5, **kwargs))
+    times = [s.arrival_time for s in a]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] < 2_400
+    assert [s.request_id for s in a] == [f"servegen-m-small-{i}" for i in range(len(a))]
+    assert 0.8 * 12_000 < len(a) < 1.2 * 12_000  # 5/s over 2,400 s, in expectation
+    # At a fixed rate scale, a client's requests do not depend on the others selected.
+    span = dict(start_s=36_300, duration_s=2_400, rate_scale=0.005, seed=4)
+    every = list(iter_servegen("m-small", **span))
+    one = list(iter_servegen("m-small", clients=[35], **span))
+    assert one and [(s.arrival_time, s.prompt_len, s.output_len) for s in one] == [
+        (s.arrival_time, s.prompt_len, s.output_len) for s in every if s.client_id == "m-small/35"
+    ]
+
+
+def test_lazy_generation_checks_its_arguments_when_called() -> None:
+    with pytest.raises(ValueError, match="chunk_s must be a finite number > 0, got 0"):
+        iter_servegen("m-small", duration_s=600, chunk_s=0)
+    with pytest.raises(ValueError, match="duration_s must be a finite number > 0"):
+        iter_servegen("m-small", duration_s=-1)
+    with pytest.raises(ValueError, match="give at most one of rate_scale and target_rate_per_s"):
+        iter_servegen("m-small", rate_scale=1.0, target_rate_per_s=2.0)
+    with pytest.raises(TraceError, match="m-huge"):
+        iter_servegen("m-huge")
