@@ -22,7 +22,7 @@ import cython
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.job import JobState
 from llmsched_gym.core.queues import vllm_priority_key
-from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.core.request import Request, RequestStatus, remove_identical
 from llmsched_gym.errors import ConfigError, PolicyError
 from llmsched_gym.kv.manager import KVCacheManager
 
@@ -440,7 +440,7 @@ class StepContext:
         if req.status is not RequestStatus.RUNNING:
             raise PolicyError(f"preempt({req.request_id!r}): request is not running")
         eng = self._engine
-        self.running.remove(req)
+        remove_identical(self.running, req)
         n = self.scheduled.pop(req, 0)
         if n:
             self.token_budget += n

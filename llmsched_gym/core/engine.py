@@ -56,7 +56,7 @@ from llmsched_gym.core.context import (
 from llmsched_gym.core.job import Job, JobTracker
 from llmsched_gym.core.pricing import step_pricer
 from llmsched_gym.core.queues import FCFSQueue, PriorityQueue
-from llmsched_gym.core.request import Request, RequestSpec, RequestStatus
+from llmsched_gym.core.request import Request, RequestSpec, RequestStatus, remove_identical
 from llmsched_gym.core.steplog import new_step_records, record_step, step_line, write_line
 from llmsched_gym.errors import ConfigError, PolicyError, TraceError
 from llmsched_gym.kv.manager import KVCacheManager, cdiv
@@ -547,6 +547,7 @@ class Engine:
     @cython.locals(
         ctx="_StepContext",
         req=Request,
+        n=cython.long,
         c=cython.long,
         t=cython.long,
         o=cython.long,
@@ -667,7 +668,7 @@ class Engine:
         running = self._running
         if len(finished) <= 4:
             for req in finished:
-                running.remove(req)  # by identity (no __eq__), order kept
+                remove_identical(running, req)  # order kept
         else:
             done = set(finished)
             running[:] = [r for r in running if r not in done]

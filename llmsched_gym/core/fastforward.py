@@ -96,9 +96,13 @@ class PendingStretch:
         return count_allocations(self.rooms, self.bs, steps)
 
 
+@cython.locals(req=Request, rooms=list)
 def block_rooms(running: list[Request], bs: int) -> list[int]:
     """Free slots in each running request's blocks: request i allocates at steps o_i, o_i + bs..."""
-    return [len(r.blocks) * bs - r.num_computed_tokens for r in running]
+    rooms = []
+    for req in running:  # typed reads when compiled (a comprehension's variable is untyped)
+        rooms.append(len(req.blocks) * bs - req.num_computed_tokens)
+    return rooms
 
 
 @cython.locals(total=cython.long, o=cython.long)
@@ -235,27 +239,33 @@ def stretch_end(pending: list, next_arrival: int, cancels: list) -> float:
     return t_arr
 
 
-@cython.locals(ev=cython.long, j=cython.long)
+@cython.locals(ev=cython.long, j=cython.long, m=cython.long, step=cython.long)
 def free_after_steps(events: list[int], n: int, k: int, free: int) -> list[int]:
     """Free blocks after each of ``k`` steps' allocations (sorted events ``step * n + pos``)."""
     out: list[int] = []
     ev = 0
+    m = len(events)
+    step = events[0] // n if m else k  # the step of event ``ev`` (C ints when compiled)
     for j in range(k):
-        while ev < len(events) and events[ev] // n == j:
+        while ev < m and step == j:
             free -= 1
             ev += 1
+            step = events[ev] // n if ev < m else k
         out.append(free)
     return out
 
 
+@cython.locals(i=cython.long, e=cython.long, blocks=list)
 def place_blocks(pool: BlockPool, running: list[Request], events: list[int], n: int) -> None:
     """Give each allocation event (``step * n + pos``, sorted) its block, as stepping would.
 
     Blocks come from the free queue's front in event order.
     """
     if events:
-        for e, b in zip(events, pool.get_new_blocks(len(events)), strict=True):
-            running[e % n].blocks.append(b)
+        blocks = pool.get_new_blocks(len(events))
+        for i in range(len(events)):
+            e = events[i]
+            running[e % n].blocks.append(blocks[i])
 
 
 # -- the engine's stretches -------------------------------------------------------------------

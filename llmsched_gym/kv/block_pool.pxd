@@ -4,6 +4,7 @@ cdef class BlockPool:
     cdef public list block_hash
     cdef public object ref_cnt, tag, _next, _prev
     cdef long[::1] _rc, _tg, _nx, _pv
+    cdef list _ids
     cdef public dict _cached
     cpdef _bind(self)
     cpdef long _popleft(self) except? -1

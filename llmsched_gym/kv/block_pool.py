@@ -60,6 +60,7 @@ class BlockPool:
         self._tg = self.tag
         self._nx = self._next
         self._pv = self._prev
+        self._ids = list(range(self.num_gpu_blocks))  # shared id objects for block tables
 
     def __reduce__(self) -> tuple[Any, tuple]:
         """Pickle and copy (``copy.deepcopy``, ``fork``) by state: the views are rebuilt."""
@@ -152,17 +153,19 @@ class BlockPool:
         tag=cython.long[::1],
         bh=list,
         cached=dict,
+        ids=list,
         out=list,
     )
     def get_new_blocks(self, k: int) -> list[int]:
         """Take ``k`` blocks from the front of the free queue, evicting their hashes."""
         assert k <= self.num_free, "caller must check free blocks first"
         nxt, ref, bh, tag, cached = self._nx, self._rc, self.block_hash, self._tg, self._cached
+        ids = self._ids
         head = self._head
         b = nxt[head]
         out = []
         for _j in range(k):
-            out.append(b)
+            out.append(ids[b])  # the pool's own id object: no int allocated (or freed) per block
             key = bh[b]
             if key is not None:
                 if type(cached[key]) is int:  # the common case, inlined from _evict_hash
