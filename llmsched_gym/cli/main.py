@@ -382,7 +382,22 @@ def _one_blas_thread(command: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``llmsched-gym`` console script."""
+    """Entry point of the ``llmsched-gym`` console script (``argv`` None: the process's own).
+
+    Called as the process's entry point, it freezes the cyclic collector's objects on the way
+    out: the interpreter's shutdown collection would otherwise walk everything a run left
+    behind (tens of milliseconds after a large one) just before the process ends.
+    """
+    try:
+        return _main(argv)
+    finally:
+        if argv is None:
+            import gc
+
+            gc.freeze()
+
+
+def _main(argv: list[str] | None) -> int:
     command = _command_in(sys.argv[1:] if argv is None else argv)
     _one_blas_thread(command)
     parser = build_parser(command)

@@ -1,5 +1,6 @@
 cdef class Request:
-    cdef public object spec, request_id, arrival_time, status, blocks, _keys, _unique_entries
+    cdef public object spec, request_id, arrival_time, status, _keys, _unique_entries
+    cdef public list blocks
     cdef public object first_scheduled_time, first_token_time, finish_time, last_token_time
     cdef public object priority, max_tokens
     cdef public long seq, num_prompt_tokens, num_tokens, num_output_tokens, num_computed_tokens

@@ -164,8 +164,17 @@ class BlockPool:
         head = self._head
         b = nxt[head]
         out = []
+        if not self.enable_caching:  # no block carries a hash or a stamp
+            for _j in range(k):
+                out.append(ids[b])  # the pool's own id object: no int allocated per block
+                ref[b] = 1
+                b = nxt[b]
+            nxt[head] = b
+            self._pv[b] = head
+            self.num_free -= k
+            return out
         for _j in range(k):
-            out.append(ids[b])  # the pool's own id object: no int allocated (or freed) per block
+            out.append(ids[b])
             key = bh[b]
             if key is not None:
                 if type(cached[key]) is int:  # the common case, inlined from _evict_hash
@@ -200,7 +209,17 @@ class BlockPool:
                 n += 1
         return n
 
-    @cython.locals(b=cython.long, i=cython.long, n=cython.long, ref=cython.long[::1])
+    @cython.locals(
+        b=cython.long,
+        i=cython.long,
+        n=cython.long,
+        h=cython.long,
+        p=cython.long,
+        old=cython.long,
+        ref=cython.long[::1],
+        nxt=cython.long[::1],
+        prv=cython.long[::1],
+    )
     def free_request_blocks(self, blocks: list[int], num_hashed: int, exclusive: bool) -> None:
         """Free a request's blocks tail first; the first ``num_hashed`` of them are cached.
 
@@ -209,15 +228,36 @@ class BlockPool:
         request's own blocks are cached in order, so "cached" is "among the leading
         ``num_hashed``"; blocks of unique content need no hash for this (see ``tag``).
         ``exclusive`` says no other request references any of them (true when none holds
-        shareable content), so all are freed.
+        shareable content), so all are freed: linked in place, as ``_link_freed`` would link
+        ``blocks[num_hashed:][::-1]`` and ``blocks[:num_hashed][::-1]``.
         """
         ref = self._rc
         n = len(blocks)
         if exclusive:
-            for i in range(n):
-                b = blocks[i]
-                ref[b] = 0
-            self._link_freed(blocks[num_hashed:][::-1], blocks[:num_hashed][::-1])
+            nxt, prv = self._nx, self._pv
+            h = num_hashed if num_hashed < n else n
+            if n > h:  # the uncached tail, last block first, to the front
+                p = self._head
+                old = nxt[p]
+                for i in range(n - 1, h - 1, -1):
+                    b = blocks[i]
+                    ref[b] = 0
+                    prv[b] = p
+                    nxt[p] = b
+                    p = b
+                nxt[p] = old
+                prv[old] = p
+            if h > 0:  # the cached head, last block first, to the back
+                p = prv[self._tail]
+                for i in range(h - 1, -1, -1):
+                    b = blocks[i]
+                    ref[b] = 0
+                    prv[b] = p
+                    nxt[p] = b
+                    p = b
+                nxt[p] = self._tail
+                prv[self._tail] = p
+            self.num_free += n
             return
         first: list[int] = []
         last: list[int] = []
