@@ -46,6 +46,7 @@ MODULES = (
     "llmsched_gym.cluster.cluster",
     "llmsched_gym.cluster.routers",
     "llmsched_gym.policies.vllm_v1",
+    "llmsched_gym.policies.heuristics",
     "llmsched_gym.envs.observation",
     "llmsched_gym.envs.route_v0",
     "llmsched_gym.envs.priority_v0",
