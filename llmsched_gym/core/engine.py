@@ -57,7 +57,13 @@ from llmsched_gym.core.job import Job, JobTracker
 from llmsched_gym.core.pricing import step_pricer
 from llmsched_gym.core.queues import FCFSQueue, PriorityQueue
 from llmsched_gym.core.request import Request, RequestSpec, RequestStatus, remove_identical
-from llmsched_gym.core.steplog import new_step_records, record_step, step_line, write_line
+from llmsched_gym.core.steplog import (
+    STEP_DTYPES,
+    new_step_records,
+    record_step,
+    step_line,
+    write_line,
+)
 from llmsched_gym.errors import ConfigError, PolicyError, TraceError
 from llmsched_gym.kv.manager import KVCacheManager, cdiv
 from llmsched_gym.metrics.columns import StepColumn
@@ -151,7 +157,7 @@ class Engine:
         # Inter-token latencies as (gap, multiplicity) runs; identical gaps share one entry.
         self.itl_values: list[float] = []
         self.itl_weights: list[int] = []
-        self._steps: dict[str, Any] | None = new_step_records() if record_steps else None
+        self._steps: dict[str, list] | None = new_step_records() if record_steps else None
         policy.reset(self)
 
     # -- state a pending stretch leaves behind ------------------------------------------------
@@ -716,7 +722,7 @@ class Engine:
             self.sync()
         if self._steps is None:
             raise ConfigError("per-step records were not enabled (record_steps=False)")
-        cols = {k: np.array(v) for k, v in self._steps.items()}  # copies: the arrays grow on
+        cols = {k: np.fromiter(v, STEP_DTYPES[k], len(v)) for k, v in self._steps.items()}
         cols[StepColumn.KV_CACHE_USAGE.value] = 1.0 - cols["num_free_blocks"] / (
             self.config.num_gpu_blocks - 1
         )

@@ -476,15 +476,15 @@ def _log_stretch(
 
     Called before the finishers of the last step leave ``running``.
     """
-    ids = [r.request_id for r in eng._running]
     n_waiting = len(eng.waiting)
     if eng.schedule_log is not None:
+        ids = [r.request_id for r in eng._running]
         write_decode_lines(
             eng.schedule_log, eng.num_steps, starts, free_after, ids, n_waiting, k,
             finished_ids,
         )  # fmt: skip
     if eng._steps is not None:
         record_decode_steps(
-            eng._steps, eng.num_steps, starts, durations, free_after, len(ids), n_waiting,
-            k, len(finished_ids),
+            eng._steps, eng.num_steps, starts, durations, free_after, len(eng._running),
+            n_waiting, k, len(finished_ids),
         )  # fmt: skip
