@@ -1,9 +1,10 @@
 """The compiled core: Cython builds of the hot modules, used only while they match their sources.
 
 The simulator's hot path (requests, KV blocks, the engine loop, the cluster loop, routers'
-backlog, the environments' step and observation code) is plain Python that Cython can compile
-as is: the ``.pxd`` files next to those modules make the hot classes extension types with C
-integer counters, and ``@cython.locals`` types the hot loops. Compiled and pure runs are
+backlog, the vLLM V1 and vLLM-0.6-style policies, the environments' step and observation code)
+is plain Python that Cython can compile as is: the ``.pxd`` files next to those modules make
+the hot classes extension types with C integer counters, and ``@cython.locals`` types the hot
+loops. Compiled and pure runs are
 bit-identical (floats keep their operation order: ``-ffp-contract=off -fno-fast-math``); the
 compiled ones run the environments about 1.5-1.7x faster.
 
