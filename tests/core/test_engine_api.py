@@ -64,3 +64,21 @@ def test_enqueue_past_arrival_joins_next_step_and_listeners_fire() -> None:
     assert rec["late"].arrival_time == 0.0 and rec["late"].first_scheduled_time >= 0.01
     assert sorted(x for x, _ in seen) == ["late", "r0", "r1"]
     assert all(t == rec[x].finish_time for x, t in seen)
+
+
+def test_step_columns_dtypes_and_values_stepped_or_fast_forwarded() -> None:
+    """Step records read back as float64 times and int64 counts, the same with fast-forward."""
+    import numpy as np
+
+    cols = {}
+    for ff in (False, True):
+        eng = Engine(CFG, make_policy("vllm-v1"), COST, fast_forward=ff, record_steps=True)
+        eng.add_requests(specs())
+        eng.run()
+        cols[ff] = eng.step_columns()
+        assert len(cols[ff]["step"]) == eng.num_steps
+        assert cols[ff]["step"].tolist() == list(range(eng.num_steps))
+    for key, col in cols[True].items():
+        float_col = key in ("time_s", "duration_s", "kv_cache_usage")
+        assert col.dtype == (np.float64 if float_col else np.int64), key
+        assert col.tolist() == cols[False][key].tolist(), key

@@ -36,6 +36,49 @@ def test_freed_blocks_unhashed_to_front_hashed_to_back_tail_first(exclusive):
     assert pool.get_cached_block(("k", 1)) == 2
 
 
+def test_block_pool_without_caching_reuses_freed_blocks_front_first():
+    pool = BlockPool(6, enable_caching=False)
+    a, b = pool.get_new_blocks(2), pool.get_new_blocks(3)
+    assert (a, b) == ([1, 2], [3, 4, 5]) and pool.num_free == 0
+    assert list(pool.ref_cnt) == [0, 1, 1, 1, 1, 1]
+    pool.free_request_blocks(a, num_hashed=0, exclusive=True)  # tail first to the front
+    assert pool.free_queue() == [2, 1] and pool.num_free == 2
+    assert pool.get_new_blocks(2) == [2, 1]
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_block_pool_copies_continue_as_the_original(how):
+    """A copy (fork, pickle) has its own arrays and views: both go on alike, independently."""
+    import copy
+    import pickle
+
+    pool = BlockPool(12, enable_caching=True)
+    blocks = pool.get_new_blocks(5)
+    pool.cache_block(blocks[0], ("k", 0))
+    pool.free_request_blocks(blocks[2:], num_hashed=0, exclusive=True)
+    twin = copy.deepcopy(pool) if how == "deepcopy" else pickle.loads(pickle.dumps(pool))
+    for p in (pool, twin):
+        got = p.get_new_blocks(4)
+        p.free_request_blocks(blocks[:2], num_hashed=1, exclusive=False)
+        p.touch([got[0]])
+    assert twin.free_queue() == pool.free_queue()
+    assert list(twin.ref_cnt) == list(pool.ref_cnt) and twin.num_free == pool.num_free
+    assert twin.get_cached_block(("k", 0)) == pool.get_cached_block(("k", 0)) == blocks[0]
+    twin.get_new_blocks(1)
+    assert twin.num_free == pool.num_free - 1  # the original's arrays were not shared
+
+
+def test_remove_identical_removes_the_first_same_object():
+    from llmsched_gym.core.request import remove_identical
+
+    x, y = [1000], [1000]  # equal, not identical
+    items = [y, x, y]
+    remove_identical(items, y)
+    assert items == [x, y] and items[0] is x
+    with pytest.raises(ValueError, match="not in items"):
+        remove_identical(items, [1000])
+
+
 def test_prefix_hits_exact_blocks_and_lru_eviction_order():
     eng, _ = tiny_engine(num_gpu_blocks=10)
     eng.add_requests([spec("A", SHARED + [50, 51]), spec("B", SHARED + [60, 61, 62])])
