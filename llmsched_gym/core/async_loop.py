@@ -82,7 +82,7 @@ from llmsched_gym.core.fastforward import (
     steps_within_blocks,
     stretch_end,
 )
-from llmsched_gym.core.request import Request, RequestStatus
+from llmsched_gym.core.request import Request, RequestStatus, remove_identical
 from llmsched_gym.core.steplog import (
     batch_line,
     record_decode_steps,
@@ -854,7 +854,7 @@ class AsyncLoop:
                 stale.pop(req, None)
             if req.status is _RUNNING:
                 eng.running_tokens -= req.num_tokens - req.num_computed_tokens
-                running.remove(req)
+                remove_identical(running, req)
             else:
                 eng.waiting.remove(req)
                 eng.waiting_tokens -= req.num_tokens
