@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from llmsched_gym.metrics.summary import weighted_percentile
+from llmsched_gym.metrics.summary import weighted_mean, weighted_percentile
 
 __all__ = ["itl_statistics", "weighted_order_statistics"]
 
@@ -98,7 +98,7 @@ def itl_statistics(values: np.ndarray, weights: np.ndarray) -> tuple[float, floa
     """(mean, p50, p90, p99) of inter-token gaps given as (values, multiplicities).
 
     The values of ``summary_values``' ITL statistics bit for bit, in bounded memory beyond the
-    mean's float64 copy of the weights (the mean is the same dot product). Percentiles: the
+    mean's float64 copy of the weights (the mean is ``summary.weighted_mean``). Percentiles: the
     order statistics around each virtual index (``weighted_order_statistics``) interpolated by
     ``weighted_percentile`` on a two-point sample with the same total weight, whose
     ``lower`` and ``upper`` order statistics are those two values.
@@ -118,6 +118,4 @@ def itl_statistics(values: np.ndarray, weights: np.ndarray) -> tuple[float, floa
         below, above = _pieces(int(lower[i]) + 1), _pieces(total_weight - int(lower[i]) - 1)
         two = weighted_percentile([a] * len(below) + [b] * len(above), below + above, p[i])
         picked.append(float(two))
-    total = float(np.sum(weights, dtype=np.float64))
-    mean = float(np.dot(values, weights.astype(np.float64)) / total)
-    return mean, picked[0], picked[1], picked[2]
+    return weighted_mean(values, weights), picked[0], picked[1], picked[2]

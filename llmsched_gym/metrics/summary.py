@@ -33,6 +33,7 @@ __all__ = [
     "compare",
     "summarize",
     "summary_values",
+    "weighted_mean",
     "weighted_percentile",
 ]
 
@@ -203,9 +204,13 @@ def _itl_stats(itl: Any) -> tuple[float, float, float, float]:
         values = np.asarray(itl, np.float64)
         weights = np.ones(values.shape, np.int64)
     p50, p90, p99 = weighted_percentile(values, weights, _PERCENTILES)
+    return weighted_mean(values, weights), float(p50), float(p90), float(p99)
+
+
+def weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
+    """Mean of ``values`` each counted ``weights`` times (NaN when the weights sum to 0)."""
     total = float(np.sum(weights, dtype=np.float64))
-    mean = float(np.dot(values, weights.astype(np.float64)) / total) if total > 0 else math.nan
-    return mean, float(p50), float(p90), float(p99)
+    return float(np.dot(values, weights.astype(np.float64)) / total) if total > 0 else math.nan
 
 
 def _check_slo(name: str, value: float | None) -> float:
