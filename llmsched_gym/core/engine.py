@@ -372,7 +372,7 @@ class Engine:
             if req.status is RequestStatus.FINISHED:
                 continue
             if req.status is _RUNNING:
-                self._running.remove(req)
+                remove_identical(self._running, req)
                 left = req.num_tokens - req.num_computed_tokens
                 self.running_tokens -= left
                 if left > 1:
