@@ -292,13 +292,18 @@ def child_cpu_seconds(cmd: list[str], cwd: str | Path | None = None) -> tuple[fl
     """Run ``cmd`` to completion: (user + system CPU seconds of it and its children, wall, stdout).
 
     CPU time from ``getrusage(RUSAGE_CHILDREN)`` before and after, so other processes on a
-    shared machine do not count (their cache and memory-bus contention still does).
+    shared machine do not count (their cache and memory-bus contention still does). The child
+    caches compiled bytecode as Python does by default, even where ``PYTHONDONTWRITEBYTECODE``
+    is set here, so a timed run (after a warm-up round) reads it as a user's second run would,
+    ours and Vidur's alike.
     """
+    import os
     import resource
 
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:

@@ -47,7 +47,8 @@ def add_parser(sub: Any) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="uncounted rounds first (default 1; Vidur's first run trains its predictor)",
+        help="uncounted rounds first (default 1; Vidur's first run trains its predictor, and "
+        "the first runs write both systems' bytecode caches)",
     )
     g.add_argument(
         "--vidur-dir", metavar="DIR", help="a checkout of microsoft/vidur at 7d47513 to run too"

@@ -21,11 +21,15 @@ from typing import Any
 from llmsched_gym.cli import bench, catalog, common, compare, run_options
 from llmsched_gym.errors import ConfigError, LLMSchedError
 
+_PROCESS_ENTRY = False  # set by main(): True when this is the process's own command line
+
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from llmsched_gym._gc import gc_paused
 
-    with gc_paused():  # a short process building records of tens of thousands of requests
+    # A short run building records of tens of thousands of requests; as the console script's
+    # command the process ends right after it, so the collector stays off (see gc_paused).
+    with gc_paused(resume=not _PROCESS_ENTRY):
         return _simulate_and_write(args)
 
 
@@ -386,8 +390,11 @@ def main(argv: list[str] | None = None) -> int:
 
     Called as the process's entry point, it freezes the cyclic collector's objects on the way
     out: the interpreter's shutdown collection would otherwise walk everything a run left
-    behind (tens of milliseconds after a large one) just before the process ends.
+    behind (tens of milliseconds after a large one) just before the process ends; ``simulate``
+    likewise leaves the collector off after its run.
     """
+    global _PROCESS_ENTRY
+    _PROCESS_ENTRY = argv is None
     try:
         return _main(argv)
     finally:

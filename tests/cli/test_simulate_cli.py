@@ -163,3 +163,27 @@ def test_simulator_commands_ask_openblas_for_one_thread(command, preset, expecte
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == str(expected)
+
+
+def test_collector_is_left_off_only_by_the_console_scripts_own_simulate(tmp_path, capsys):
+    """Called in-process, ``simulate`` restores the cyclic collector; as the process's entry
+    point it leaves it off (the process ends next) and frees no cycles on the way out."""
+    import gc
+
+    assert gc.isenabled()
+    rc, _ = _simulate(tmp_path)
+    assert rc == 0 and gc.isenabled()
+    trace, cfg = _write(tmp_path)
+    probe = (
+        "import gc, sys\n"
+        "from llmsched_gym.cli import main as m\n"
+        "sys.argv = ['llmsched-gym', 'simulate', '--trace', sys.argv[1], '--engine-config', "
+        "sys.argv[2], '--cost-model', 'constant:1.0', '--no-progress', '--json']\n"
+        "rc = m.main()\n"
+        "print('ENABLED', gc.isenabled(), rc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(trace), str(cfg)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "ENABLED False 0"
