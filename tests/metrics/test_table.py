@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.metrics.columns import Metric
 from llmsched_gym.metrics.io import write_frame
@@ -110,13 +113,11 @@ def test_simulate_out_writes_records_without_pandas(tmp_path) -> None:
     assert (tmp_path / "o" / "steps.csv").read_text().startswith("step,time_s,")
 
 
-def test_long_repeating_columns_print_as_pandas(tmp_path) -> None:
-    """Long columns take the format-each-value-once path: the bytes pandas writes, NaN, -0.0,
-    ints past the lookup table and floats with few repeats included."""
+def test_long_columns_print_as_pandas(tmp_path) -> None:
+    """Long columns (numbers through orjson): the bytes pandas writes, NaN, -0.0, negative and
+    64-bit ints, exponents and infinities included."""
     import numpy as np
     import pandas as pd
-
-    from llmsched_gym.metrics import table
 
     rng = np.random.default_rng(0)
     n = 5000
@@ -129,14 +130,39 @@ def test_long_repeating_columns_print_as_pandas(tmp_path) -> None:
         "small_ints": rng.integers(0, 30, n),
         "wide_ints": rng.integers(0, n, n),  # past half the length: row by row
         "negative_ints": rng.integers(-5, 5, n),
+        "wide64": rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64),
         "ratios": ratios,
         "with_nan": with_nan,
         "neg_zero": neg_zero,
         "distinct": rng.random(n),
+        "exponents": rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n),
+        "all_nan": np.full(n, np.nan),
+        "infinite": np.where(rng.random(n) < 0.1, np.inf, -np.inf),
     }
-    assert table._repeated_cells(columns["small_ints"]) is not None
-    assert table._repeated_cells(columns["ratios"]) is not None
-    assert table._repeated_cells(columns["neg_zero"]) is None
     write_table(columns, tmp_path / "t.csv")
     pd.DataFrame(columns).to_csv(tmp_path / "f.csv", index=False, lineterminator="\n")
     assert (tmp_path / "t.csv").read_bytes() == (tmp_path / "f.csv").read_bytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True), max_size=60),
+    st.lists(st.integers(min_value=0, max_value=(1 << 64) - 1), max_size=60),
+    st.lists(st.floats(min_value=1e-4, max_value=1e16), max_size=60),
+)
+def test_float_cells_are_repr(values, bits, positional) -> None:
+    """Every float's cell is its ``repr`` (NaN empty): orjson's digits, and ``repr`` where the
+    two forms part (exponents), over hypothesis' floats and arbitrary bit patterns."""
+    import numpy as np
+
+    from llmsched_gym.metrics.table import _float_cells
+
+    column = np.concatenate(
+        [
+            np.array(values, dtype=np.float64),
+            np.array(bits, dtype=np.uint64).view(np.float64),
+            np.array(positional, dtype=np.float64),
+        ]
+    )
+    assert _float_cells(column) == ["" if v != v else repr(v) for v in column.tolist()]
+    assert _float_cells(column[::2]) == ["" if v != v else repr(v) for v in column[::2].tolist()]
