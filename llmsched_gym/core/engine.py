@@ -558,6 +558,7 @@ class Engine:
         t=cython.long,
         o=cython.long,
         same_gap=cython.long,
+        own_gaps=cython.long,
         num_partial=cython.long,
         partial_multi=cython.long,
         partial_to_one=cython.long,
@@ -571,13 +572,16 @@ class Engine:
         vLLM's ``_update_after_schedule`` then ``update_from_output``: computed tokens advance
         by the scheduled tokens; a partial prefill chunk samples nothing; a request that
         produced its last token joins ``finished`` (scheduling order, the order they free in).
-        Keeps the inter-token gaps and the running counters, tells the token listeners, and
-        returns the number of partial chunks.
+        Keeps the inter-token gaps (weighted samples: the step's duration once for the requests
+        that also sampled in the previous step, and one sample per run of requests, in
+        scheduling order, that last sampled at the same earlier time) and the running
+        counters, tells the token listeners, and returns the number of partial chunks.
         """
         now = self.now
         scheduled = ctx.scheduled
         sampled = [] if self.token_listeners else None
-        same_gap = num_partial = partial_multi = partial_to_one = 0
+        same_gap = num_partial = partial_multi = partial_to_one = own_gaps = 0
+        own_last = None
         for req, n in scheduled.items():
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
@@ -598,14 +602,22 @@ class Engine:
                 req.first_token_time = end
             elif last == now:
                 same_gap += 1
-            else:
-                self.itl_values.append(end - last)
-                self.itl_weights.append(1)
+            elif own_gaps and last == own_last:
+                own_gaps += 1
+            else:  # a gap of its own: one sample per run of requests whose last token was alike
+                if own_gaps:
+                    self.itl_values.append(end - own_last)
+                    self.itl_weights.append(own_gaps)
+                own_last = last
+                own_gaps = 1
             req.last_token_time = end
             if sampled is not None:
                 sampled.append(req)
             if o >= req._output_len:
                 finished.append(req)
+        if own_gaps:
+            self.itl_values.append(end - own_last)
+            self.itl_weights.append(own_gaps)
         if same_gap:
             self.itl_values.append(duration)
             self.itl_weights.append(same_gap)

@@ -374,6 +374,7 @@ def continue_stretch(eng: Engine, until: float) -> bool:
     t=cython.long,
     o=cython.long,
     n_same_first=cython.long,
+    own_gaps=cython.long,
     kv=KVCacheManager,
     pool=BlockPool,
     caching=cython.bint,
@@ -406,7 +407,8 @@ def advance_decode_stretch(
     first_end, last_end = starts[1], starts[k]
     now = eng.now
     caching = kv.enable_caching
-    n_same_first = 0
+    n_same_first = own_gaps = 0
+    own_last = None
     finished: list[Request] = []
     to_cache: list[Request] = []
     itl_values = eng.itl_values
@@ -432,12 +434,20 @@ def advance_decode_stretch(
             n_same_first += 1
         elif last is None:  # the stretch's first step samples its first token
             req.first_token_time = first_end
-        else:
-            itl_values.append(first_end - last)
-            eng.itl_weights.append(1)
+        elif own_gaps and last == own_last:
+            own_gaps += 1
+        else:  # grouped in runs as Engine._sample groups them
+            if own_gaps:
+                itl_values.append(first_end - own_last)
+                eng.itl_weights.append(own_gaps)
+            own_last = last
+            own_gaps = 1
         req.last_token_time = last_end
         if o >= req._output_len:
             finished.append(req)
+    if own_gaps:
+        itl_values.append(first_end - own_last)
+        eng.itl_weights.append(own_gaps)
     events.sort()
     free_after: list[int] | None = None
     if eng.schedule_log is not None or eng._steps is not None:
