@@ -156,6 +156,32 @@ def test_fast_forward_identical(workload, policy, linear):
     _same_steps(fast, slow)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.sampled_from(POLICIES), st.booleans())
+def test_itl_samples_are_every_requests_token_gaps(workload, policy, ff):
+    """The weighted ITL samples expand to the gaps between each request's token times (as a
+    token listener sees them), whichever way the engine groups them: one sample per gap, each
+    to rounding (a gap spanning one step is that step's duration, not a difference of times)."""
+    cfg, specs = workload
+    cfg = _fit_config(cfg, specs, policy)
+    cost = LinearCostModel(0.01, 1e-4, 1e-7, 3e-6, 1e-3, 2e-4)
+    eng = Engine(cfg, make_policy(policy), cost, fast_forward=ff)
+    times: dict[str, list[float]] = {}
+    eng.token_listeners.append(
+        lambda reqs, t: [times.setdefault(r.request_id, []).append(t) for r in reqs]
+    )
+    eng.add_requests(specs)
+    try:
+        eng.run()
+    except PolicyError as err:
+        if _livelock(eng, err):
+            return
+        raise
+    gaps = sorted(b - a for ts in times.values() for a, b in zip(ts, ts[1:]))
+    assert _expand(eng) == pytest.approx(gaps, rel=1e-12, abs=1e-12)
+    assert all(w >= 1 for w in eng.itl_weights)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", V06)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
