@@ -128,6 +128,8 @@ _CHUNK = 1 << 21
 """Samples per slice of the passes of ``_select_weighted`` (bounds their temporaries)."""
 _BUCKET_BITS = 20
 """High bits of the order-preserving key that name a bucket (``_select_weighted``)."""
+_SMALL_BUCKET_BITS = 16
+"""The same for a sample of at most 2**20 values: a 64k-bucket table, not 1M (8 MiB)."""
 _MAX_WEIGHT = 1 << 31
 """Weights must be below this, so that a slice's weight sums are exact in float64 (bincount)."""
 _SIGN = np.uint64(1 << 63)
@@ -144,11 +146,11 @@ def _multiplicities(w: np.ndarray) -> bool:
     return not (np.any(f < 0) or np.any(f != np.floor(f)))
 
 
-def _buckets(v: np.ndarray) -> np.ndarray:
+def _buckets(v: np.ndarray, bucket_bits: int) -> np.ndarray:
     """Bucket of each value: the high bits of a key ordered as the floats (-0.0 as 0.0)."""
     bits = (v + 0.0).view(np.uint64)  # + 0.0 turns -0.0 into 0.0: equal values, one bucket
     key = bits ^ ((bits >> np.uint64(63)) * _LOW | _SIGN)
-    return (key >> np.uint64(64 - _BUCKET_BITS)).astype(np.intp)
+    return (key >> np.uint64(64 - bucket_bits)).astype(np.intp)
 
 
 def _select_weighted(v: np.ndarray, w: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -159,10 +161,13 @@ def _select_weighted(v: np.ndarray, w: np.ndarray, targets: np.ndarray) -> np.nd
     the whole sample's stable sort does.
     """
     n = v.size
-    cumulative = np.zeros(1 << _BUCKET_BITS, dtype=np.int64)
+    bucket_bits = _BUCKET_BITS if n > 1 << _BUCKET_BITS else _SMALL_BUCKET_BITS
+    cumulative = np.zeros(1 << bucket_bits, dtype=np.int64)
     for s in range(0, n, _CHUNK):  # float sums of fewer than 2**21 weights below 2**31: exact
         chunk = np.bincount(
-            _buckets(v[s : s + _CHUNK]), weights=w[s : s + _CHUNK], minlength=cumulative.size
+            _buckets(v[s : s + _CHUNK], bucket_bits),
+            weights=w[s : s + _CHUNK],
+            minlength=cumulative.size,
         )
         cumulative += chunk.astype(np.int64)
     np.cumsum(cumulative, out=cumulative)
@@ -170,7 +175,7 @@ def _select_weighted(v: np.ndarray, w: np.ndarray, targets: np.ndarray) -> np.nd
     wanted = sorted(set(where.tolist()))  # not np.unique: it imports numpy.ma
     members: dict[int, list[np.ndarray]] = {b: [] for b in wanted}
     for s in range(0, n, _CHUNK):
-        buckets = _buckets(v[s : s + _CHUNK])
+        buckets = _buckets(v[s : s + _CHUNK], bucket_bits)
         for b in wanted:
             members[b].append(np.flatnonzero(buckets == b) + s)
     out = np.empty(targets.size, dtype=np.float64)
