@@ -407,6 +407,10 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     command = _command_in(sys.argv[1:] if argv is None else argv)
     _one_blas_thread(command)
+    if _PROCESS_ENTRY and command == "simulate":
+        import gc
+
+        gc.disable()  # one run, then the process ends: no collection from here on (gc_paused)
     parser = build_parser(command)
     args = parser.parse_args(argv)
     try:
