@@ -24,11 +24,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import shutil
 import sys
-import tempfile
-import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +116,8 @@ class _PureFinder:
         if fullname not in self.names:
             return None
         if self.why is not None:
+            import warnings
+
             warnings.warn(
                 f"llmsched_gym: {self.why}; running the pure-Python core "
                 "(rebuild: python -m llmsched_gym.build_native)",
@@ -174,6 +172,10 @@ def build(force: bool = False, quiet: bool = True) -> list[str]:
     compiled file is swapped in atomically (a running process keeps the file it loaded), then
     the manifest records the hashes of the sources it was built from.
     """
+    import shutil
+    import tempfile
+    import time
+
     try:
         from Cython.Build import cythonize
         from setuptools import Extension
