@@ -747,6 +747,7 @@ class AsyncLoop:
         itl_weights=list,
         samplers=list,
         same_gap=cython.long,
+        own_gaps=cython.long,
         k=cython.long,
         n=cython.long,
         s=cython.long,
@@ -761,7 +762,8 @@ class AsyncLoop:
         """Apply a batch's output: vLLM 0.32.0 ``Scheduler.update_from_output`` (async).
 
         Tokens carry the batch's end time; inter-token gaps that equal the batch's duration
-        (the request's previous token came from the batch before) are counted in one entry.
+        (the request's previous token came from the batch before) are counted in one entry,
+        and the others in one per run of requests whose previous token came at the same time.
         """
         eng = self.engine
         kv = eng._kv
@@ -775,7 +777,8 @@ class AsyncLoop:
         finished: list[Request] = []
         itl_values = eng.itl_values
         itl_weights = eng.itl_weights
-        same_gap = 0
+        same_gap = own_gaps = 0
+        own_last = None
         k = 0
         samplers = batch.samplers
         sampled = [] if eng.token_listeners else None
@@ -806,9 +809,14 @@ class AsyncLoop:
                 req.first_token_time = end
             elif last == start:
                 same_gap += 1
-            else:
-                itl_values.append(end - last)
-                itl_weights.append(1)
+            elif own_gaps and last == own_last:
+                own_gaps += 1
+            else:  # one sample per run of requests whose last token was alike (Engine._sample)
+                if own_gaps:
+                    itl_values.append(end - own_last)
+                    itl_weights.append(own_gaps)
+                own_last = last
+                own_gaps = 1
             req.last_token_time = end
             if sampled is not None:
                 sampled.append(req)
@@ -822,6 +830,9 @@ class AsyncLoop:
                     kv.cache_blocks(req, t)
             if o >= req._output_len:
                 finished.append(req)
+        if own_gaps:
+            itl_values.append(end - own_last)
+            itl_weights.append(own_gaps)
         if same_gap:
             itl_values.append(end - start)
             itl_weights.append(same_gap)

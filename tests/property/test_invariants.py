@@ -157,13 +157,17 @@ def test_fast_forward_identical(workload, policy, linear):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads(), st.sampled_from(POLICIES), st.booleans())
+@given(
+    workloads(), st.sampled_from([*POLICIES, "vllm-v1 async", "vllm-v1-0.33 async"]), st.booleans()
+)
 def test_itl_samples_are_every_requests_token_gaps(workload, policy, ff):
     """The weighted ITL samples expand to the gaps between each request's token times (as a
-    token listener sees them), whichever way the engine groups them: one sample per gap, each
-    to rounding (a gap spanning one step is that step's duration, not a difference of times)."""
+    token listener sees them), whichever way the engine (sync or async) groups them: one sample
+    per gap, each to rounding (a gap spanning one step is that step's duration, not a
+    difference of times)."""
     cfg, specs = workload
-    cfg = _fit_config(cfg, specs, policy)
+    policy, _, asynchronous = policy.partition(" ")
+    cfg = _fit_config(cfg, specs, policy).replace(async_scheduling=bool(asynchronous))
     cost = LinearCostModel(0.01, 1e-4, 1e-7, 3e-6, 1e-3, 2e-4)
     eng = Engine(cfg, make_policy(policy), cost, fast_forward=ff)
     times: dict[str, list[float]] = {}
