@@ -14,3 +14,9 @@ cdef class AsyncLoop:
     cdef public dict stale
     cdef public bint finished_since_schedule, priority, continue_after_self
     cdef public object queue, gpu_free
+    cpdef bint _try_stretch(self) except -1
+    cpdef _Batch schedule(self)
+    cpdef _running_phase(self, StepContext ctx)
+    cpdef _preempt(self, StepContext ctx, Request req)
+    cpdef apply(self, _Batch batch)
+    cpdef _finish(self, list finished, end)

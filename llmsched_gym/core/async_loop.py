@@ -312,8 +312,10 @@ class AsyncLoop:
         if k < 1 or slack_min < 0:  # (a guard before a finish: never, output_len <= max_tokens)
             return False
         pricer = eng.pricer
-        if pricer.phase_items and any(r.in_prefill_phase for r in running):
-            return False
+        if pricer.phase_items:
+            for req in running:
+                if req.in_prefill_phase:
+                    return False
         # Batch k + k delivers the last token of the requests with k left; batch k + k + 1,
         # scheduled before that output, leaves out exactly them when the guard stops each of
         # them there (the others have more left, so the guard cannot stop them). Then the
