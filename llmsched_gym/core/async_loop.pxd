@@ -20,3 +20,7 @@ cdef class AsyncLoop:
     cpdef _preempt(self, StepContext ctx, Request req)
     cpdef apply(self, _Batch batch)
     cpdef _finish(self, list finished, end)
+    cpdef _price_one(self, list durations, list starts, long n, long m, long longest)
+    cpdef _price_after_finish(self, list durations, list starts, long k, long n, long m)
+    cpdef _advance_stretch(self, long j, list durations, list starts, bint finish)
+    cpdef tuple _log_stretch(self, long j, list starts, list durations, list free_after, list finished, list kept)
