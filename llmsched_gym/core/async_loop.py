@@ -137,6 +137,14 @@ class _Batch:
         ``num_finished`` (``record_steps``); None for a batch that is not recorded."""
 
 
+def _any_in_prefill_phase(running: list) -> bool:
+    """Whether a running request is priced as a prefill item (``cpdef`` takes no genexpr)."""
+    for req in running:
+        if req.in_prefill_phase:
+            return True
+    return False
+
+
 class AsyncLoop:
     """Runs an ``Engine`` under vLLM 0.32.0's async scheduling (see the module docstring).
 
@@ -312,10 +320,8 @@ class AsyncLoop:
         if k < 1 or slack_min < 0:  # (a guard before a finish: never, output_len <= max_tokens)
             return False
         pricer = eng.pricer
-        if pricer.phase_items:
-            for req in running:
-                if req.in_prefill_phase:
-                    return False
+        if pricer.phase_items and _any_in_prefill_phase(running):
+            return False
         # Batch k + k delivers the last token of the requests with k left; batch k + k + 1,
         # scheduled before that output, leaves out exactly them when the guard stops each of
         # them there (the others have more left, so the guard cannot stop them). Then the
