@@ -208,11 +208,15 @@ def percentiles(values: np.ndarray, ps: Iterable[float]) -> np.ndarray:
     """
     n = values.size
     virtual = (n - 1) * (np.asarray(ps, dtype=np.float64) / 100)
-    lower = np.floor(virtual)
-    upper = np.minimum(lower + 1, n - 1).astype(np.intp)
-    lower = lower.astype(np.intp)
-    ordered = np.partition(values, sorted({*lower.tolist(), *upper.tolist()}))
-    return _lerp(ordered[lower], ordered[upper], virtual - lower)
+    # numpy's _get_indexes: at or past the last index both neighbours are the last value and
+    # the "previous" index is -1, which enters the interpolation weight (and the sign of a zero).
+    top = virtual >= n - 1
+    previous = np.where(top, -1, np.floor(virtual)).astype(np.intp)
+    lower = np.where(top, n - 1, previous)
+    upper = np.where(top, n - 1, previous + 1)
+    # numpy's partition points (with the ends): equal values, -0.0 and 0.0, land alike.
+    ordered = np.partition(values, sorted({0, n - 1, *lower.tolist(), *upper.tolist()}))
+    return _lerp(ordered[lower], ordered[upper], virtual - previous)
 
 
 def _itl_stats(itl: Any) -> tuple[float, float, float, float]:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from llmsched_gym.metrics import (
@@ -220,6 +220,9 @@ def test_summary_reads_records_back_from_csv(tiny_rows, tmp_path) -> None:
 
 
 @settings(max_examples=400, deadline=None)
+@example([-0.0], [0.0])  # one value: numpy's "previous" index is -1, and 0.0 != -0.0
+@example([1.0, -0.0, -0.0], [100.0, 50.0, 0.0])
+@example([-0.0, -0.0, 7.25, 0.0, -1.0, 0.0, 0.5], [66.6, 100.0])  # which zero a partition keeps
 @given(
     st.lists(st.floats(allow_nan=False, allow_infinity=True), min_size=1, max_size=80),
     st.lists(st.floats(min_value=0.0, max_value=100.0), min_size=1, max_size=6),
