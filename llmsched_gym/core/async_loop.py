@@ -484,10 +484,11 @@ class AsyncLoop:
         itl_weights = eng.itl_weights
         for i in range(1, j):
             itl_values.append(starts[i] - starts[i - 1])
-            itl_weights.append(n)
-        for i in range(1, j):  # batch k + i's tokens, delivered at its end
-            for listener in eng.token_listeners:
-                listener(running, starts[i])
+        itl_weights.extend([n] * (j - 1))
+        if eng.token_listeners:
+            for i in range(1, j):  # batch k + i's tokens, delivered at its end
+                for listener in eng.token_listeners:
+                    listener(running, starts[i])
         line = row = None
         if free_after is not None:
             line, row = self._log_stretch(j, starts, durations, free_after, finished, kept)
