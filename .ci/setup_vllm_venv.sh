@@ -26,7 +26,7 @@ constraints="$repo_root/.ci/constraints-vllm.txt"
 export VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
 
 check_vllm='import vllm, sys; sys.exit(0 if vllm.__version__.startswith("0.32.0") else 1)'
-check_project='import llmsched_gym, pandas, matplotlib, gymnasium, pytest'
+check_project='import llmsched_gym, pandas, matplotlib, gymnasium, orjson, pytest'
 
 install_project() {
     # The live backend runs llmsched_gym inside this venv: the project without dependency
@@ -34,7 +34,7 @@ install_project() {
     # dependencies under the torch-pinning constraints.
     echo "setup_vllm_venv: installing llmsched_gym (editable) and its light dependencies"
     "${pip_install[@]}" --no-warn-conflicts -c "$constraints" \
-        "numpy>=1.24" "pandas>=2.0" "pyyaml>=6.0" "tqdm>=4.60" "matplotlib>=3.7" \
+        "numpy>=1.24" "pandas>=2.0" "pyyaml>=6.0" "orjson>=3.13,<4" "tqdm>=4.60" "matplotlib>=3.7" \
         "tokenizers>=0.15" "gymnasium>=1.0" "pytest>=8" "hypothesis>=6.100" \
         "cython>=3.1,<4"
     "${pip_install[@]}" --no-deps -e "$repo_root"

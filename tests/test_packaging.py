@@ -53,3 +53,17 @@ def test_setup_prints_one_line_per_stage_with_its_time() -> None:
     for name in ("torch", "project", "compiled core"):
         assert f'stage "{name}"' in text
     assert "setup.log" in text
+
+
+def test_the_vllm_venv_installs_every_runtime_dependency() -> None:
+    """``.ci/setup_vllm_venv.sh`` installs the project ``--no-deps`` and lists its runtime
+    dependencies itself: each of pyproject's must be there, with the same specifier."""
+    import re
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    script = (ROOT / ".ci" / "setup_vllm_venv.sh").read_text()
+    body = script[script.index("install_project() {") :]
+    body = body[: body.index("\n}\n")]
+    listed = set(re.findall(r'"([A-Za-z0-9_.-]+[<>=!~][^"]*)"', body))
+    missing = [d for d in deps if d.replace(" ", "") not in listed]
+    assert not missing, f"add to install_project in .ci/setup_vllm_venv.sh: {missing}"
