@@ -9,23 +9,20 @@ from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
-def gc_paused(resume: bool = True) -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic collector (reference counting still frees everything) inside the block.
 
     Loading traces, running the engine and building records allocate hundreds of thousands of
     objects without reference cycles; the collections those allocations trigger rescan every live
-    request each time and cost 10-20% of a run. Nested use is fine.
-
-    ``resume=False`` leaves the collector off after the block, for a process that ends there
-    (the console script's ``simulate``): re-enabling it would start one collection over
-    everything the run allocated (30-60 ms on a 20k-request trace) just before the exit frees it.
+    request each time and cost 10-20% of a run. Nested use is fine, and a collector that was
+    off before the block stays off after it.
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if was_enabled and resume:
+        if was_enabled:
             gc.enable()
 
 
