@@ -230,12 +230,22 @@ def _csv_cells(values: np.ndarray) -> list[str]:
     return list(map(_quote, texts))
 
 
-def _orjson_cells(values: np.ndarray) -> list[str]:
-    """orjson's text of each element of a non-empty int64 or float64 column."""
+def _orjson_text(values: np.ndarray) -> str:
+    """orjson's JSON of an int64 or float64 array (a column, or a matrix row by row)."""
     import orjson
 
-    text = orjson.dumps(np.ascontiguousarray(values), option=orjson.OPT_SERIALIZE_NUMPY)
-    return text.decode()[1:-1].split(",")
+    return orjson.dumps(np.ascontiguousarray(values), option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def _orjson_cells(values: np.ndarray) -> list[str]:
+    """orjson's text of each element of a non-empty int64 or float64 column."""
+    return _orjson_text(values)[1:-1].split(",")
+
+
+def _positional(values: np.ndarray) -> np.ndarray:
+    """Where ``repr`` prints a float as orjson does: no exponent (magnitude 0 or in range)."""
+    size = np.abs(values)
+    return (size < _POSITIONAL_BELOW) & ((size >= _POSITIONAL_FROM) | (size == 0))
 
 
 def _float_cells(values: np.ndarray) -> list[str]:
@@ -254,9 +264,7 @@ def _float_cells(values: np.ndarray) -> list[str]:
     cells = _orjson_cells(column)
     for i in np.flatnonzero(missing).tolist():
         cells[i] = ""
-    size = np.abs(column)
-    positional = (size < _POSITIONAL_BELOW) & ((size >= _POSITIONAL_FROM) | (size == 0))
-    for i in np.flatnonzero(~(positional | missing)).tolist():
+    for i in np.flatnonzero(~(_positional(column) | missing)).tolist():
         cells[i] = repr(float(column[i]))
     return cells
 
@@ -297,14 +305,9 @@ def _block_rows(block: list[np.ndarray]) -> list[str]:
     if len(block) == 1:
         return _csv_cells(block[0])
     matrix = np.column_stack(block)
-    if matrix.dtype == np.float64:
-        size = np.abs(matrix)
-        ok = (size < _POSITIONAL_BELOW) & ((size >= _POSITIONAL_FROM) | (size == 0))
-        if not (ok | np.isnan(matrix)).all():
-            return list(map(",".join, zip(*map(_float_cells, block), strict=True)))
-    import orjson
-
-    text = orjson.dumps(matrix, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    if matrix.dtype == np.float64 and not (_positional(matrix) | np.isnan(matrix)).all():
+        return list(map(",".join, zip(*map(_float_cells, block), strict=True)))
+    text = _orjson_text(matrix)
     if matrix.dtype == np.float64:
         text = text.replace("null", "")  # NaN, the only null left: an empty cell
     return text[2:-2].split("],[")
