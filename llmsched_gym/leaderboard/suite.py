@@ -38,8 +38,11 @@ __all__ = [
     "measure_capacity",
 ]
 
-SUITE_VERSION = "llmsched-v1"
+SUITE_VERSION = "llmsched-v2"
 """The suite this package evaluates by default; results name it, and submissions must match."""
+
+SHIPPED_SUITES = ("llmsched-v1", "llmsched-v2")
+"""Every suite version this package ships (older ones frozen, loadable, marked superseded)."""
 
 TASK_ENVS = {
     "Priority": "llmsched_gym.envs.priority_v0:PriorityEnv",
@@ -234,6 +237,8 @@ class Suite:
     tie_threshold: float
     """A task whose best baseline beats the reference by less than this fraction is flagged."""
     source: str = "<dict>"
+    superseded: str | None = None
+    """Why and by what a frozen older version is superseded (None: current)."""
 
     def task(self, name: str) -> Task:
         """The task called ``name`` (case-insensitive), or an error listing the tasks."""
@@ -450,30 +455,80 @@ def _parse_task(
     )
 
 
+def _positive_number(data: Mapping, key: str, default: float, where: str) -> float:
+    """A finite number > 0 (not a bool or a string), or an error naming the field and value."""
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}.{key} must be a number of seconds > 0, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{where}.{key} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _check_scenarios(tasks: Mapping[str, Task], where: str) -> None:
+    """Every scenario's base exists and takes its overrides (found now, not as failed rows)."""
+    from llmsched_gym.scenarios.spec import list_scenarios, load_scenario
+
+    known = set(list_scenarios())
+    for task in tasks.values():
+        for sc in task.scenarios:
+            w = f"{where}.tasks.{task.name}: scenario {sc.id!r}"
+            if sc.base not in known and not Path(sc.base).is_file():
+                import difflib
+
+                close = difflib.get_close_matches(sc.base, sorted(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(
+                    f"{w}: base {sc.base!r} is not a shipped scenario{hint}; see "
+                    "'llmsched-gym list scenarios'"
+                )
+            for src in sc.sources:
+                for split in (src.train, src.test):
+                    if split is None:
+                        continue
+                    try:
+                        load_scenario(sc.base, _workload_overrides(sc, src, split.window_s, 1.0))
+                    except ConfigError as exc:
+                        raise ConfigError(f"{w}, source {src.name!r}: {exc}") from None
+
+
 def parse_suite(data: Any, source: str = "<dict>", *, require_capacity: bool = True) -> Suite:
     """Validate a parsed suite mapping; errors name the file and the field.
 
-    ``require_capacity=False`` accepts scenarios without measured capacities (NaN): only for
-    measuring them.
+    Every value is checked before anything runs: limits are finite seconds > 0, the tie
+    threshold a fraction in [0, 1), every base scenario exists. ``require_capacity=False``
+    accepts scenarios without measured capacities (NaN): only for measuring them.
     """
     data = _only(
-        data, ("suite", "description", "limits", "tie_threshold", "sources", "tasks"), source
+        data,
+        ("suite", "description", "superseded", "limits", "tie_threshold", "sources", "tasks"),
+        source,
     )
     version = _req(data, "suite", source, (str,))
     limits = _only(data.get("limits") or {}, ("per_step_s", "per_workload_s"), f"{source}.limits")
+    per_step = _positive_number(limits, "per_step_s", 0.05, f"{source}.limits")
+    per_workload = _positive_number(limits, "per_workload_s", 600.0, f"{source}.limits")
+    tie = data.get("tie_threshold", 0.01)
+    if isinstance(tie, bool) or not isinstance(tie, (int, float)) or not 0 <= tie < 1:
+        raise ConfigError(f"{source}.tie_threshold must be a fraction in [0, 1), got {tie!r}")
+    superseded = data.get("superseded")
+    if superseded is not None and not (isinstance(superseded, str) and superseded.strip()):
+        raise ConfigError(f"{source}.superseded must be a non-empty string, got {superseded!r}")
     sources = _parse_sources(_req(data, "sources", source, (dict,)), f"{source}.sources")
     tasks = {
         str(name): _parse_task(str(name), raw, sources, f"{source}.tasks.{name}", require_capacity)
         for name, raw in _req(data, "tasks", source, (dict,)).items()
     }
+    _check_scenarios(tasks, source)
     return Suite(
         version=version,
         description=str(data.get("description", "")).strip(),
         tasks=tasks,
-        per_step_limit_s=float(limits.get("per_step_s", 0.05)),
-        workload_limit_s=float(limits.get("per_workload_s", 600.0)),
-        tie_threshold=float(data.get("tie_threshold", 0.01)),
+        per_step_limit_s=per_step,
+        workload_limit_s=per_workload,
+        tie_threshold=float(tie),
         source=source,
+        superseded=None if superseded is None else " ".join(superseded.split()),
     )
 
 
@@ -491,7 +546,9 @@ def load_suite(name_or_path: str | Path = SUITE_VERSION, require_capacity: bool 
     else:
         entry = importlib.resources.files("llmsched_gym.leaderboard") / "suites" / f"{path}.yaml"
         if not entry.is_file():
-            raise ConfigError(f"unknown suite {str(name_or_path)!r}; shipped: {SUITE_VERSION}")
+            raise ConfigError(
+                f"unknown suite {str(name_or_path)!r}; shipped: {', '.join(SHIPPED_SUITES)}"
+            )
         text, where = entry.read_text(), f"suites/{path}.yaml"
     return parse_suite(_yaml.safe_load(text), where, require_capacity=require_capacity)
 
