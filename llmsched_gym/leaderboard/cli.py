@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.suite import SUITE_VERSION
 
 __all__ = ["add_parser", "leaderboards_root"]
 
@@ -44,6 +45,8 @@ def _tasks_in_scope(suite: Any, args: argparse.Namespace) -> list[Any]:
 def _cmd_list(args: argparse.Namespace) -> int:
     suite = _suite(args)
     print(f"suite {suite.version}: {suite.description}\n")
+    if suite.superseded:
+        print(f"SUPERSEDED {suite.superseded}\n")
     for task in _tasks_in_scope(suite, args):
         print(f"{task.name}  [{task.interface}; metric {task.metric}; reference {task.reference}]")
         print(f"  {task.decision}")
@@ -194,19 +197,31 @@ def _jsonable(rows: list[dict]) -> list[dict]:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from llmsched_gym.leaderboard.validate import validate_submission
 
+    report: list[str] = []
     problems = validate_submission(
         args.submission,
         quick=args.quick,
+        sample=args.sample,
+        seed=args.seed,
         workers=args.workers,
         address=args.address,
         progress=not args.quiet,
+        report=report,
     )
+    for line in report:
+        print(f"{args.submission}: {line}")
     if problems:
         print(f"{args.submission}: INVALID ({len(problems)} problem(s))")
         for p in problems[:50]:
             print(f"  {p}")
         return 1
-    print(f"{args.submission}: valid (results reproduce exactly)")
+    if args.quick:
+        print(
+            f"{args.submission}: valid (the re-run rows reproduce exactly; every row is "
+            "consistent; rows not re-run are not proven: validate without --quick for that)"
+        )
+    else:
+        print(f"{args.submission}: valid (every row re-ran and reproduces exactly)")
     return 0
 
 
@@ -218,12 +233,23 @@ def _cmd_show(args: argparse.Namespace) -> int:
     )
 
 
+def _count(text: str) -> int:
+    """An int >= 0 for argparse, or its error naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {value}")
+    return value
+
+
 def _common(p: argparse.ArgumentParser, workers: bool = True) -> None:
     p.add_argument(
         "--suite-file",
-        default="llmsched-v1",
+        default=SUITE_VERSION,
         metavar="NAME|FILE",
-        help="suite version or YAML file (default llmsched-v1)",
+        help=f"suite version or YAML file (default {SUITE_VERSION})",
     )
     if workers:
         p.add_argument(
@@ -249,8 +275,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "leaderboard",
         help="the benchmark: list tasks, evaluate a policy, validate or show submissions, "
         "reproduce a paper",
-        description="The llmsched-v1 benchmark: tasks with train and held-out test workloads, "
-        "scores against vllm-v1 with paired 95%% intervals, validated submissions under "
+        description=f"The {SUITE_VERSION} benchmark: tasks with train and held-out test "
+        "workloads, scores against vllm-v1 with paired 95% intervals, validated submissions under "
         "leaderboards/<task>/<method>/.",
     )
     lsub = p.add_subparsers(dest="leaderboard_command", required=True, metavar="ACTION")
@@ -296,7 +322,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "suite version, the task, the workload set and the oracle declaration.",
     )
     q.add_argument("submission", metavar="FOLDER", help="leaderboards/<task>/<method>/")
-    q.add_argument("--quick", action="store_true", help="re-run only the quick subset's workloads")
+    q.add_argument(
+        "--quick",
+        action="store_true",
+        help="re-run the quick subset's rows and --sample others drawn at random; check every "
+        "row's consistency (value, reference value, ratios); the default re-runs every row",
+    )
+    q.add_argument(
+        "--sample",
+        type=_count,
+        default=2,
+        metavar="N",
+        help="with --quick: rows outside the quick subset re-run too (default 2)",
+    )
+    q.add_argument(
+        "--seed",
+        type=_count,
+        metavar="S",
+        help="with --quick: the seed that draws them (default: a fresh one, printed)",
+    )
     _common(q)
     q.set_defaults(func=_cmd_validate)
 
