@@ -84,6 +84,12 @@ class PolicyRef:
     folder: Path | None = None
     """The submission folder, when the reference is one."""
 
+    @property
+    def row_kind(self) -> str:
+        """``agent`` (acts only through the task's decision: an agent's action, a router's
+        instance) or ``reference`` (a registered scheduler that replaces the engine's own)."""
+        return "reference" if self.kind == "scheduler" else "agent"
+
     def build(self, task: Any, seed: int, workload: Any = None) -> Any:
         """A fresh policy or router for one workload of ``task`` (a suite ``Task``).
 

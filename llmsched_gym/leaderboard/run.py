@@ -37,7 +37,9 @@ RESULT_COLUMNS = (
     "workload",
     "rate_per_s",
     "policy",
+    "kind",
     "oracle",
+    "oracle_reason",
     "status",
     "error",
     "metric",
@@ -103,11 +105,58 @@ def _base_row(workload: Workload, policy: str) -> dict[str, Any]:
         workload=workload.id,
         rate_per_s=workload.rate_per_s,
         policy=policy,
+        kind="",
         oracle=False,
+        oracle_reason="",
         metric=workload.metric,
         error="",
     )
     return row
+
+
+BLIND_CONTEXT = 1 << 20
+"""The context length a blinded re-run gives requests without a limit: above any request."""
+
+
+def blinded_overrides(scenario: Any) -> dict[str, Any] | None:
+    """Overrides that stop a workload's ``max_tokens`` carrying the true output; None if it does not.
+
+    A trace without client limits, loaded by the legacy rule (no ``default_max_tokens``), and
+    Text-to-SQL calls without a cap have ``max_tokens`` = the true output (llmsched-v1's leak).
+    Blinded, they get a limit above every output, so the engine serves the same work.
+    """
+    kind = scenario.workload.get("kind")
+    if kind == "trace" and scenario.workload.get("default_max_tokens") is None:
+        return {"workload.default_max_tokens": BLIND_CONTEXT}
+    if kind == "text2sql" and scenario.workload.get("max_tokens") is None:
+        return {"workload.max_tokens": BLIND_CONTEXT}
+    return None
+
+
+def hidden_truth_reads(policy_factory: Any, workload: Workload, task: Any, result: Any) -> str:
+    """Why the harness counts a run as an oracle's ('' if it read no hidden truth).
+
+    ``result`` is the run's; on a workload whose ``max_tokens`` carries the true output
+    (``blinded_overrides``), the policy runs again blinded: a schedule that changes read it.
+    """
+    scenario = workload.scenario()
+    blind = blinded_overrides(scenario)
+    if blind is None:
+        return ""
+    from llmsched_gym.scenarios.spec import load_scenario
+
+    blinded = load_scenario(workload.base, {**workload.overrides, **blind})
+    policy = policy_factory()
+    if task.interface == "router":
+        again = blinded.simulate(router=policy, seed=workload.seed)
+    else:
+        again = blinded.simulate(policy, seed=workload.seed)
+    if again.summary.get(workload.metric) != result.summary.get(workload.metric):
+        return (
+            "its schedule changes when max_tokens stops carrying the true output length "
+            "(this workload's legacy max_tokens)"
+        )
+    return ""
 
 
 def simulate_workload(task: Any, policy: Any, workload: Workload) -> Any:
@@ -131,14 +180,25 @@ def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str
     task = suite.task(workload.task)
     ref = resolve_policy(policy_spec, task)
     row = _base_row(workload, ref.name)
+    row["kind"] = ref.row_kind
     row["tail_metric"] = task.tail_metric
     t0 = time.perf_counter()
     try:
+        from llmsched_gym.core.hidden import watching
+
         policy = ref.build(task, workload.seed, workload)
-        row["oracle"] = bool(getattr(policy, "oracle", False))
+        declared = bool(getattr(policy, "oracle", False))
         with _deadline(suite.workload_limit_s):
-            result = simulate_workload(task, policy, workload)
-        wall = time.perf_counter() - t0
+            with watching() as reads:
+                result = simulate_workload(task, policy, workload)
+            wall = time.perf_counter() - t0
+            why = ", ".join(f"{what} ({n} reads)" for what, n in sorted(reads.items()))
+            if not why and not declared:
+                why = hidden_truth_reads(
+                    lambda: ref.build(task, workload.seed, workload), workload, task, result
+                )
+        row["oracle"] = declared or bool(why)
+        row["oracle_reason"] = why or ("declared" if declared else "")
         summary = result.summary
         steps = int(summary.get("num_steps") or getattr(result, "num_steps", 0))
         per_step = wall / max(steps, 1)
