@@ -141,6 +141,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             continue
         methods: dict[str, list[dict]] = {}
         oracle_declared: dict[str, bool] = {}
+        kind_declared: dict[str, str] = {}
         for spec in dict.fromkeys([task.reference, *args.policy]):
             got = [by_job[(spec, w.id)] for w in ws if (spec, w.id) in by_job]
             if not got:
@@ -151,10 +152,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             if Path(spec).is_dir():
                 sub = load_submission(spec)
                 oracle_declared[got[0]["policy"]] = sub.oracle
+                kind_declared[got[0]["policy"]] = sub.kind
                 if args.update:
                     write_results(scored, sub.results_path)
                     print(f"wrote {sub.results_path}")
-        board = leaderboard_rows(task, methods, oracle_declared)
+        board = leaderboard_rows(task, methods, oracle_declared, kind_declared)
         boards[task.name] = (task, board)
         md.append(markdown_table(suite, task, board, spread_line=len(board) > 2))
         for r in board:
@@ -170,6 +172,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                     "num_workloads": r["num_workloads"],
                     "num_failed": r["num_failed"],
                     "oracle": r["oracle"],
+                    "kind": r["kind"],
                 }
             )
     write_results(all_rows, out / "results.csv")

@@ -239,7 +239,10 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
     )
 
 
-SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "oracle", "paper", "training")
+SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "kind", "oracle", "paper", "training")
+KINDS = ("agent", "reference")
+"""Row kinds: ``agent`` acts only through the task's decision (ranked); ``reference`` replaces
+the engine's scheduler as a whole (ranked apart, labelled)."""
 _REQUIRED = ("suite", "task", "policy")
 
 
@@ -255,6 +258,7 @@ class Submission:
     oracle: bool = False
     paper: str | None = None
     training: str | None = None
+    kind: str = "agent"
 
     @property
     def results_path(self) -> Path:
@@ -292,8 +296,12 @@ def load_submission(folder: str | Path) -> Submission:
     if unknown:
         raise ConfigError(f"{path}: unknown field(s) {unknown}; allowed: {list(SUBMISSION_FIELDS)}")
     for key in _REQUIRED:
-        if not isinstance(data.get(key), str) or not data[key].strip():
+        if key not in data or data[key] is None:
             raise ConfigError(f"{path}: field {key!r} is required (a non-empty string)")
+        if not isinstance(data[key], str) or not data[key].strip():
+            raise ConfigError(
+                f"{path}: field {key!r} must be a non-empty string, got {data[key]!r}"
+            )
     try:
         suite = load_suite(data["suite"])
     except ConfigError:
@@ -313,6 +321,12 @@ def load_submission(folder: str | Path) -> Submission:
     oracle = data.get("oracle", False)
     if not isinstance(oracle, bool):
         raise ConfigError(f"{path}: field 'oracle' must be true or false, got {oracle!r}")
+    kind = data.get("kind", "agent")
+    if kind not in KINDS:
+        raise ConfigError(
+            f"{path}: field 'kind' must be one of {list(KINDS)} (agent: acts only through the "
+            f"task's decision; reference: replaces the scheduler), got {kind!r}"
+        )
     method = data.get("method", folder.name)
     if not isinstance(method, str) or not method.strip():
         raise ConfigError(f"{path}: field 'method' must be a non-empty string, got {method!r}")
@@ -328,4 +342,5 @@ def load_submission(folder: str | Path) -> Submission:
         oracle=oracle,
         paper=data.get("paper"),
         training=data.get("training"),
+        kind=kind,
     )

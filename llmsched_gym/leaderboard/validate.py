@@ -113,6 +113,13 @@ def validate_submission(
             "submission.yaml: field 'oracle' is false, but the harness saw the policy read "
             "hidden truth: declare it"
         )
+    kinds = {r["kind"] for r in mine if r["status"] == "ok"}
+    if kinds and kinds != {sub.kind}:
+        problems.append(
+            f"submission.yaml: field 'kind' is {sub.kind!r}, but the harness runs the policy as "
+            f"{'/'.join(sorted(kinds))} (a registered scheduler replaces the engine's own: "
+            "reference; an agent, rule or router acts only through the task's decision: agent)"
+        )
     problems += compare_results(rerun, scored, (*VALIDATED_COLUMNS, *SCORED_COLUMNS))
     return problems
 
@@ -289,7 +296,7 @@ def show_leaderboards(
         task = suite.task(name)
         methods = rescored_results(task, subs[name])
         declared = {s.method: s.oracle for s in subs[name]}
-        board = leaderboard_rows(task, methods, declared)
+        board = leaderboard_rows(task, methods, declared, {s.method: s.kind for s in subs[name]})
         boards[name] = (task, board)
         text = markdown_table(suite, task, board)
         texts.append(text)
