@@ -187,7 +187,23 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         print(text)
         print(f"wrote {out}/results.csv, summary.csv, summary.md, scores.png")
+    bad = [r for r in all_rows if r["status"] != "ok" and _input_error(r["error"])]
+    if bad:
+        print(
+            f"{len(bad)} row(s) failed for an input error (a bad scenario, trace, config or "
+            f"policy reference), e.g. {bad[0]['workload']}: {bad[0]['error']}",
+            file=sys.stderr,
+        )
+        return 2
     return 0
+
+
+INPUT_ERRORS = ("ConfigError", "TraceError", "CostModelError")
+"""Error types of a failed row that mean the input is wrong, not that the policy failed."""
+
+
+def _input_error(error: str) -> bool:
+    return error.partition(":")[0] in INPUT_ERRORS
 
 
 def _jsonable(rows: list[dict]) -> list[dict]:
