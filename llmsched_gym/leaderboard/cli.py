@@ -216,32 +216,38 @@ def _jsonable(rows: list[dict]) -> list[dict]:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from llmsched_gym.leaderboard.validate import validate_submission
 
-    report: list[str] = []
-    problems = validate_submission(
-        args.submission,
-        quick=args.quick,
-        sample=args.sample,
-        seed=args.seed,
-        workers=args.workers,
-        address=args.address,
-        progress=not args.quiet,
-        report=report,
-    )
-    for line in report:
-        print(f"{args.submission}: {line}")
-    if problems:
-        print(f"{args.submission}: INVALID ({len(problems)} problem(s))")
-        for p in problems[:50]:
-            print(f"  {p}")
-        return 1
-    if args.quick:
-        print(
-            f"{args.submission}: valid (the re-run rows reproduce exactly; every row is "
-            "consistent; rows not re-run are not proven: validate without --quick for that)"
+    reference_runs: dict = {}
+    invalid = []
+    for folder in args.submission:
+        report: list[str] = []
+        problems = validate_submission(
+            folder,
+            quick=args.quick,
+            sample=args.sample,
+            seed=args.seed,
+            workers=args.workers,
+            address=args.address,
+            progress=not args.quiet,
+            report=report,
+            reference_runs=reference_runs,
         )
-    else:
-        print(f"{args.submission}: valid (every row re-ran and reproduces exactly)")
-    return 0
+        for line in report:
+            print(f"{folder}: {line}")
+        if problems:
+            invalid.append(folder)
+            print(f"{folder}: INVALID ({len(problems)} problem(s))")
+            for p in problems[:50]:
+                print(f"  {p}")
+        elif args.quick:
+            print(
+                f"{folder}: valid (the re-run rows reproduce exactly; every row is consistent; "
+                "rows not re-run are not proven: validate without --quick for that)"
+            )
+        else:
+            print(f"{folder}: valid (every row re-ran and reproduces exactly)")
+    if len(args.submission) > 1:
+        print(f"{len(args.submission) - len(invalid)} of {len(args.submission)} valid")
+    return 1 if invalid else 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -340,7 +346,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "workloads and compares every column of results.csv but wall time; also checks the "
         "suite version, the task, the workload set and the oracle declaration.",
     )
-    q.add_argument("submission", metavar="FOLDER", help="leaderboards/<task>/<method>/")
+    q.add_argument(
+        "submission",
+        nargs="+",
+        metavar="FOLDER",
+        help="leaderboards/<task>/<method>/ (several: each task's reference re-runs once)",
+    )
     q.add_argument(
         "--quick",
         action="store_true",

@@ -22,6 +22,7 @@ def validate_submission(
     address: str | None = None,
     progress: bool = False,
     report: list[str] | None = None,
+    reference_runs: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> list[str]:
     """Problems found checking ``folder``'s submission (empty: valid).
 
@@ -36,6 +37,8 @@ def validate_submission(
     other rows drawn with ``seed`` (None: a fresh seed, said in ``report``), so a tampered row
     outside the subset can be drawn; the rows it does not re-run are checked for consistency
     only, and ``report`` says so (``report`` receives one line per statement of what was done).
+    ``reference_runs`` ((suite, workload id) -> the reference's re-run row) is filled and reused across
+    calls, so validating many submissions of a task re-runs its reference once per workload.
     """
     import random
 
@@ -94,9 +97,10 @@ def validate_submission(
         rerun = rows
         report.append(f"re-ran all {len(rows)} rows")
     workloads = [expected[r["workload"]] for r in rerun]
+    cache = {} if reference_runs is None else reference_runs
     jobs = [(str(sub.folder), w) for w in workloads]
     if not is_reference:
-        jobs += [(task.reference, w) for w in workloads]
+        jobs += [(task.reference, w) for w in workloads if (suite.version, w.id) not in cache]
     fresh = run_all(
         suite,
         jobs,
@@ -106,7 +110,14 @@ def validate_submission(
         desc=f"validate {sub.method}",
     )
     mine = fresh[: len(workloads)]
-    reference = fresh[len(workloads) :] or mine
+    for (_, w), row in zip(jobs[len(workloads) :], fresh[len(workloads) :], strict=True):
+        cache[(suite.version, w.id)] = row
+    if is_reference:
+        for w, row in zip(workloads, mine, strict=True):
+            cache[(suite.version, w.id)] = row
+        reference = mine
+    else:
+        reference = [cache[(suite.version, w.id)] for w in workloads]
     scored = score_rows(mine, reference)
     if any(r["oracle"] for r in mine) and not sub.oracle:
         problems.append(
