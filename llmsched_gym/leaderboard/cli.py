@@ -106,6 +106,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     quick = args.suite == "quick"
     if args.update and quick:
         raise ConfigError("--update writes a submission's results: it needs the full test split")
+    from llmsched_gym.leaderboard.weights import refuse_pickled
+
+    for spec in args.policy:
+        if Path(spec).is_dir():
+            refuse_pickled(spec, trust_pickle=args.trust_pickle)
     tasks = _tasks_in_scope(suite, args)
     all_jobs, skipped = [], []
     for task in tasks:
@@ -200,6 +205,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         workers=args.workers,
         address=args.address,
         progress=not args.quiet,
+        trust_pickle=args.trust_pickle,
     )
     if problems:
         print(f"{args.submission}: INVALID ({len(problems)} problem(s))")
@@ -241,6 +247,15 @@ def _common(p: argparse.ArgumentParser, workers: bool = True) -> None:
             "of starting a local one",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _trust_pickle(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="run a submission folder that holds pickled objects (an SB3 model.zip, .pkl, a "
+        ".pth that torch.load(weights_only=True) refuses): loading them runs the author's code",
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -285,6 +300,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also write each submission folder's results.csv (full test split only)",
     )
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _trust_pickle(q)
     _common(q)
     q.set_defaults(func=_cmd_evaluate)
 
@@ -297,6 +313,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("submission", metavar="FOLDER", help="leaderboards/<task>/<method>/")
     q.add_argument("--quick", action="store_true", help="re-run only the quick subset's workloads")
+    _trust_pickle(q)
     _common(q)
     q.set_defaults(func=_cmd_validate)
 

@@ -18,8 +18,12 @@ def validate_submission(
     workers: int = 1,
     address: str | None = None,
     progress: bool = False,
+    trust_pickle: bool = False,
 ) -> list[str]:
     """Problems found re-running ``folder``'s submission (empty: valid).
+
+    A folder holding pickled objects is refused (``ConfigError``) before anything runs, unless
+    ``trust_pickle`` (``weights.refuse_pickled``).
 
     Checks, in order: ``submission.yaml`` (fields, suite version, task); ``results.csv`` (its
     columns, one row per test workload of the task, nothing else); the policy resolves through
@@ -38,6 +42,9 @@ def validate_submission(
     )
     from llmsched_gym.leaderboard.suite import load_suite
 
+    from llmsched_gym.leaderboard.weights import refuse_pickled
+
+    refuse_pickled(folder, trust_pickle=trust_pickle)
     sub = load_submission(folder)
     suite = load_suite(sub.suite)
     task = suite.task(sub.task)
