@@ -219,13 +219,14 @@ def test_weights_must_fit_the_declared_architecture(tmp_path: Path) -> None:
     ("task", "policy", "kwargs", "extra"),
     [
         ("Priority", "MultiInputPolicy", {"net_arch": [8], "activation_fn": "relu"}, {}),
-        ("Priority", "RowScorePolicy", {"use_sde": True, "log_std_init": -1.0}, {}),
+        ("Priority", "RowScorePolicy", {"use_sde": True, "log_std_init": -1.0}, {"wide": True}),
         ("Select", "MaskableRowScorePolicy", {}, {"wrapper": "work-conserving"}),
         ("Route", "MaskableRowScorePolicy", {}, {}),
     ],
 )
 def test_written_weights_rebuild_the_same_agent(tmp_path, task, policy, kwargs, extra) -> None:
-    """write_weights' spec and file give an agent acting as the policy it was written from."""
+    """write_weights' spec and file give an agent acting as the policy it was written from
+    (under the same action masks, for MaskablePPO)."""
     pytest.importorskip("sb3_contrib", reason="needs the [rl] extra")
     from torch import nn
 
@@ -233,21 +234,30 @@ def test_written_weights_rebuild_the_same_agent(tmp_path, task, policy, kwargs, 
     from llmsched_gym.leaderboard.weights import POLICIES, _attr, build_agent, write_weights
 
     algorithm = "PPO" if task == "Priority" else "MaskablePPO"
-    obs_space, act_space = task_spaces(task, top_k=8, instances=3)
+    wide = extra.get("wide", False)
+    obs_space, act_space = task_spaces(task, top_k=8, instances=3, unbounded_scores=wide)
     built = dict(kwargs)
     if "activation_fn" in built:
         built["activation_fn"] = nn.ReLU
     original = _attr(POLICIES[(algorithm, policy)])(obs_space, act_space, lambda _: 3e-4, **built)
     spec = write_weights(tmp_path, original, task, wrapper=extra.get("wrapper"))
+    if wide:  # scores beyond +-1 pass unclipped, as TrainWorkloadEnv(unbounded_scores) trained
+        assert spec["policy_kwargs"]["exploration"] == "sde"
     assert spec["policy"] == policy and spec["policy_kwargs"].items() >= kwargs.items()
     assert spec.get("top_k", spec.get("instances")) == (3 if task == "Route" else 8)
+    assert spec["unbounded_scores"] == wide
     agent = build_agent(tmp_path, spec, task)
-    inner = agent.model if extra else agent
+    inner = agent.model if "wrapper" in extra else agent
     obs_space.seed(0)
+    rng = np.random.default_rng(0)
     for _ in range(50):
         obs = obs_space.sample()
-        a, _ = original.predict(obs, deterministic=True)
-        b, _ = inner.predict(obs, deterministic=True)
+        kw = {}
+        if algorithm == "MaskablePPO":
+            kw["action_masks"] = rng.random(act_space.n) < 0.5
+            kw["action_masks"][rng.integers(act_space.n)] = True
+        a, _ = original.predict(obs, deterministic=True, **kw)
+        b, _ = inner.predict(obs, deterministic=True, **kw)
         assert np.array_equal(a, b)
     assert scan_folder(tmp_path) == []
 
