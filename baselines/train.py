@@ -13,7 +13,8 @@ For each training seed it
    masks) with one torch thread, printing progress;
 3. writes a submission folder ``<out>/seed<S>/`` (``policy.pth``: the policy's weights;
    ``submission.yaml`` with ``policy: model`` and the ``model:`` spec the harness rebuilds the
-   network from; ``train.json``) that ``llmsched-gym leaderboard evaluate`` takes as it is, and the learning curve (``learning_curve.csv`` / ``.png``: the return of every training
+   network from; ``train.json``) that ``llmsched-gym leaderboard evaluate`` takes as it is,
+   and the learning curve (``learning_curve.csv`` / ``.png``: the return of every training
    episode against environment steps);
 4. evaluates it through the leaderboard harness on the config's ``eval`` test workloads and
    scores it against the task's reference exactly as the leaderboard does (ratios to the

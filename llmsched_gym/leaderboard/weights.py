@@ -46,6 +46,7 @@ __all__ = [
     "build_agent",
     "build_policy",
     "check_model_spec",
+    "load_weights",
     "model_spec",
     "pickled_entries",
     "refuse_pickled",
@@ -111,6 +112,16 @@ _KWARG_TYPES: dict[str, tuple[type, ...]] = {
     "features_extractor_kwargs": (dict,),
 }
 """``policy_kwargs`` the schema takes: plain values of the policy constructors' arguments."""
+
+_NOT_SPEC = (
+    "observation_space",
+    "action_space",
+    "lr_schedule",
+    "optimizer_class",
+    "optimizer_kwargs",
+)
+"""Constructor arguments the spec leaves out: the spaces are the task's, and the rest only
+trains (an inference-only policy never steps its optimizer)."""
 
 _WEIGHT_SUFFIXES = (".pth", ".pt")
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".dill")
@@ -259,8 +270,8 @@ def _attr(target: str) -> Any:
 
 def _import_rl(library: str) -> None:
     try:
-        import torch  # noqa: F401
         import stable_baselines3  # noqa: F401
+        import torch  # noqa: F401
 
         if library == "sb3-contrib":
             import sb3_contrib  # noqa: F401
@@ -397,7 +408,7 @@ def _policy_name(policy: Any, algorithm: str) -> str:
 def model_spec(
     policy: Any, task: str, *, weights: str = "policy.pth", wrapper: str | None = None
 ) -> dict[str, Any]:
-    """The ``model:`` spec of a trained SB3 ``policy`` for ``task`` (what ``build_agent`` rebuilds).
+    """The ``model:`` spec of a trained SB3 ``policy`` for ``task``: what ``build_agent`` builds.
 
     Reads the policy's class, constructor arguments and spaces; an argument the schema cannot
     say (a class outside ``ACTIVATIONS``, a custom extractor) is an error naming it.
@@ -418,7 +429,7 @@ def model_spec(
                 signature[p.name] = p.default
     kwargs: dict[str, Any] = {}
     for key, value in params.items():
-        if key in ("observation_space", "action_space", "lr_schedule"):
+        if key in _NOT_SPEC:
             continue
         if value == base.get(key) or (key in signature and value == signature[key]):
             continue
