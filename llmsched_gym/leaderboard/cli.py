@@ -109,6 +109,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     quick = args.suite == "quick"
     if args.update and quick:
         raise ConfigError("--update writes a submission's results: it needs the full test split")
+    from llmsched_gym.leaderboard.weights import refuse_pickled
+
+    for spec in args.policy:
+        if Path(spec).is_dir():
+            refuse_pickled(spec, trust_pickle=args.trust_pickle)
     tasks = _tasks_in_scope(suite, args)
     all_jobs, skipped = [], []
     for task in tasks:
@@ -230,6 +235,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             report=report,
             reference_runs=reference_runs,
+            trust_pickle=args.trust_pickle,
         )
         for line in report:
             print(f"{folder}: {line}")
@@ -294,6 +300,15 @@ def _common(p: argparse.ArgumentParser, workers: bool = True) -> None:
         p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _trust_pickle(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="run a submission folder that holds pickled objects (an SB3 model.zip, .pkl, a "
+        ".pth that torch.load(weights_only=True) refuses): loading them runs the author's code",
+    )
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``leaderboard`` command and its sub-commands to the top-level CLI."""
     p = sub.add_parser(
@@ -336,6 +351,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also write each submission folder's results.csv (full test split only)",
     )
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _trust_pickle(q)
     _common(q)
     q.set_defaults(func=_cmd_evaluate)
 
@@ -371,6 +387,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="with --quick: the seed that draws them (default: a fresh one, printed)",
     )
+    _trust_pickle(q)
     _common(q)
     q.set_defaults(func=_cmd_validate)
 

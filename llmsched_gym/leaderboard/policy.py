@@ -14,7 +14,8 @@
   (scenario and seed: every future arrival and output length), which only an oracle reference
   may see: what it returns must say ``oracle = True`` (``llmsched_gym.leaderboard.oracle``);
 * a submission folder (``leaderboards/<task>/<method>/``) whose ``submission.yaml`` names the
-  entry point.
+  entry point, or says ``policy: model``: a learned agent the project builds from the folder's
+  ``model:`` field and weights (``llmsched_gym.leaderboard.weights``), running no folder code.
 
 The harness owns engines and clusters; the policy only decides, through those interfaces. A
 policy that reads true output lengths must say so (``oracle = True``); the engine refuses an
@@ -36,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.weights import MODEL_POLICY
 
 __all__ = ["PolicyRef", "RandomAgent", "Submission", "load_submission", "resolve_policy"]
 
@@ -239,7 +241,7 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
     )
 
 
-SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "kind", "oracle", "paper", "training")
+SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "model", "kind", "oracle", "paper", "training")
 KINDS = ("agent", "reference")
 """Row kinds: ``agent`` acts only through the task's decision (ranked); ``reference`` replaces
 the engine's scheduler as a whole (ranked apart, labelled)."""
@@ -259,6 +261,8 @@ class Submission:
     paper: str | None = None
     training: str | None = None
     kind: str = "agent"
+    model: Mapping[str, Any] | None = None
+    """``policy: model``: the checked ``model:`` spec the agent is built from."""
 
     @property
     def results_path(self) -> Path:
@@ -268,7 +272,13 @@ class Submission:
     def policy_ref(self, task: Any) -> PolicyRef:
         """The policy this submission evaluates (a file entry point relative to the folder)."""
         import dataclasses
+        import functools
 
+        if self.model is not None:
+            from llmsched_gym.leaderboard.weights import build_agent
+
+            factory = functools.partial(build_agent, self.folder, self.model)
+            return PolicyRef(str(self.folder), self.method, "entry", factory, self.folder)
         target = self.policy.rpartition(":")[0]
         if target.endswith(".py"):
             factory = _load_entry(self.policy, base=self.folder)
@@ -333,6 +343,16 @@ def load_submission(folder: str | Path) -> Submission:
     for key in ("paper", "training"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ConfigError(f"{path}: field {key!r} must be a string or null")
+    model = None
+    if data["policy"].strip() == MODEL_POLICY or "model" in data:
+        from llmsched_gym.leaderboard.weights import check_model_spec
+
+        if data["policy"].strip() != MODEL_POLICY or data.get("model") is None:
+            raise ConfigError(
+                f"{path}: fields 'policy' and 'model' go together: 'policy: {MODEL_POLICY}' "
+                "builds the agent from the 'model' mapping, which no other policy takes"
+            )
+        model = check_model_spec(data["model"], str(path), folder=folder, task=task)
     return Submission(
         folder=folder,
         suite=suite.version,
@@ -343,4 +363,5 @@ def load_submission(folder: str | Path) -> Submission:
         paper=data.get("paper"),
         training=data.get("training"),
         kind=kind,
+        model=model,
     )

@@ -23,8 +23,12 @@ def validate_submission(
     progress: bool = False,
     report: list[str] | None = None,
     reference_runs: dict[tuple[str, str], dict[str, Any]] | None = None,
+    trust_pickle: bool = False,
 ) -> list[str]:
     """Problems found checking ``folder``'s submission (empty: valid).
+
+    A folder holding pickled objects is refused (``ConfigError``) before anything runs, unless
+    ``trust_pickle`` (``weights.refuse_pickled``).
 
     Checks, in order: ``submission.yaml`` (fields, suite version, task); ``results.csv`` (its
     columns, one row per test workload of the task, nothing else); every row's consistency (its
@@ -52,6 +56,9 @@ def validate_submission(
         read_results,
     )
     from llmsched_gym.leaderboard.suite import load_suite
+    from llmsched_gym.leaderboard.weights import refuse_pickled
+
+    refuse_pickled(folder, trust_pickle=trust_pickle)
 
     report = [] if report is None else report
     sub = load_submission(folder)

@@ -133,7 +133,7 @@ def test_committed_cem_submission_validates_on_the_quick_subset() -> None:
 def test_committed_ppo_submission_validates_on_the_quick_subset() -> None:
     pytest.importorskip("stable_baselines3", reason="the PPO submission needs the [rl] extra")
     folder = PRIORITY / "ppo"
-    assert (folder / "model.zip").stat().st_size < 1_000_000
+    assert (folder / "policy.pth").stat().st_size < 1_000_000
     assert validate_submission(folder, quick=True) == []
 
 
