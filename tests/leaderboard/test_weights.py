@@ -276,10 +276,10 @@ def test_a_weights_built_agent_reproduces_its_committed_rows() -> None:
     from llmsched_gym.leaderboard.submission import compare_results, read_results
     from llmsched_gym.leaderboard.suite import load_suite
 
-    suite = load_suite("llmsched-v1")
     for rel in ("priority/ppo", "route/maskable-ppo-t2s"):
         folder = LEADERBOARDS / rel
         committed = read_results(folder / "results.csv")
+        suite = load_suite(committed[0]["suite"])
         w = suite.workloads("test", tasks=[committed[0]["task"]], quick=True)[0]
         row = run_workload(suite, str(folder), w)
         assert row["status"] == "ok", row["error"]
