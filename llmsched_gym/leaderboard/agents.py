@@ -120,8 +120,15 @@ RULES: dict[str, dict[str, str]] = {
     },
     "prefill-first": {"BatchType": "prefill-only whenever a prefill candidate exists"},
     "decode-first": {"BatchType": "decode-only whenever a decode candidate exists"},
+    "half-budget": {"Knob": "half the token budget, every sequence slot, in every window"},
+    "quarter-budget": {"Knob": "a quarter of the token budget, every sequence slot"},
+    "half-seqs": {"Knob": "the whole token budget, half the sequence slots"},
 }
 """Rule name -> task -> what the rule does there."""
+
+_KNOB = {"half-budget": (0.5, 1.0), "quarter-budget": (0.25, 1.0), "half-seqs": (1.0, 0.5)}
+"""Knob rules: fixed (token budget, sequence cap) fractions, the lookahead's other candidates
+(``llmsched_gym.lookahead.KNOB_CANDIDATES``) played in every window."""
 
 
 class RuleAgent:
@@ -157,6 +164,8 @@ class RuleAgent:
         self, obs: Mapping[str, np.ndarray], deterministic: bool = True, action_masks: Any = None
     ) -> tuple[Any, None]:
         """The rule's action at ``obs`` (``action_masks`` as the environment's, when given)."""
+        if self.task == "Knob":
+            return np.array(_KNOB[self.rule], dtype=np.float32), None
         if self.task == "BatchType":
             masks = np.ones(2, bool) if action_masks is None else np.asarray(action_masks, bool)
             first = PREFILL if self.rule == "prefill-first" else DECODE

@@ -132,7 +132,7 @@ def _tiny_suite(tasks: dict | None = None) -> dict:
 @pytest.fixture(scope="module")
 def tiny():
     tasks = {}
-    for name in ("Priority", "Select", "Preempt", "BatchType"):
+    for name in ("Priority", "Select", "Preempt", "BatchType", "Knob"):
         rules = [f"rule:{r}" for r, ts in RULES.items() if name in ts]
         tasks[name] = _tiny_suite()["tasks"]["Preempt"] | {"baselines": ["vllm-v1", *rules]}
         tasks[name]["references"] = ["vllm-v1"]
