@@ -38,10 +38,11 @@ def _suite(args: argparse.Namespace) -> Any:
     return load_suite(args.suite_file)
 
 
-def _tasks_in_scope(suite: Any, args: argparse.Namespace) -> list[Any]:
+def _tasks_in_scope(suite: Any, args: argparse.Namespace, scored_only: bool = False) -> list[Any]:
+    """The tasks of ``--task``; without it every task (``scored_only``: of the scored set)."""
     if args.task:
         return [suite.task(t) for t in args.task.split(",")]
-    return list(suite.tasks.values())
+    return [t for t in suite.tasks.values() if t.scored or not scored_only]
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -131,7 +132,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     quick = args.suite == "quick"
     if args.update and quick:
         raise ConfigError("--update writes a submission's results: it needs the full test split")
-    tasks = _tasks_in_scope(suite, args)
+    tasks = _tasks_in_scope(suite, args, scored_only=True)
+    for task in suite.tasks.values():
+        if task not in tasks and not args.task:
+            print(f"skipped: {task.name}: unscored ({task.unscored_reason})", file=sys.stderr)
     all_jobs, skipped = [], []
     for task in tasks:
         jobs, why = _evaluate_task(suite, task, args.policy, quick, args)

@@ -47,6 +47,7 @@ __all__ = [
     "lookahead_ref",
     "read_headroom",
     "run_headroom",
+    "task_headroom",
     "write_headroom",
 ]
 
@@ -201,9 +202,13 @@ def run_headroom(
             scored = score_rows([by_job[(spec, w.id)] for w in spec_ws], ref_rows)
             s = _summarise(scored[0]["policy"], scored)
             role = _role(task, spec, s["oracle"])
-            note = ""
+            notes = []
             if spec == la.spec:
-                note = f"base vllm-v1 (Route: least-load:requests), sample {lookahead_sample}"
+                notes.append(f"base vllm-v1 (Route: least-load:requests), sample {lookahead_sample}")
+            failed = [r["error"] for r in scored if r["status"] != "ok"]
+            if failed:
+                notes.append(f"first failure: {failed[0][:160]}")
+            note = "; ".join(notes)
             out.append(
                 {**base, **s, "role": role, "kind": task.kind_of(spec), "note": note}
             )
@@ -234,7 +239,7 @@ def _lookahead_workloads(
         return []
     if sample == "all":
         return list(ws)
-    quick = [w for w in suite.workloads("test", tasks=[task.name], quick=True)]
+    quick = suite.workloads("test", tasks=[task.name], quick=True)
     if sample == "quick":
         return quick
     firsts: dict[tuple[str, str], Workload] = {}
@@ -338,11 +343,20 @@ def headroom_markdown(rows: Sequence[Mapping[str, Any]], suite: str) -> str:
             lo, hi = (float(r[k]) if _finite(r[k]) else math.nan for k in ("score_low", "score_high"))
             text = _num(score) + (f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) else "")
             failed = int(r["num_failed"])
-            note = r["note"] + (f"; failed on {failed}" if failed else "")
+            note = (r["note"] + (f"; failed on {failed}" if failed else "")).replace("|", "/")
             lines.append(
                 f"| {r['method']} | {r['role']} | {text} | {r['num_workloads']} | {note} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def task_headroom(rows: Sequence[Mapping[str, Any]], suite: str, task: str) -> str:
+    """The headroom summary and method table of one task ("" when ``rows`` have none)."""
+    mine = [r for r in rows if r["suite"] == suite and r["task"] == task]
+    if not mine:
+        return ""
+    text = headroom_markdown(mine, suite)
+    return text.replace(f"### Headroom per task ({suite})", f"#### Headroom ({suite})", 1)
 
 
 def write_headroom(rows: Sequence[Mapping[str, Any]], out: str | Path, stem: str) -> list[Path]:
