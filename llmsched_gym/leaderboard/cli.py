@@ -80,7 +80,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _print_committed_headroom(suite: Any, tasks: Sequence[str]) -> None:
-    """The committed headroom table (``leaderboards/headroom.csv``) of ``suite``, if there is one."""
+    """The committed headroom table (``leaderboards/headroom.csv``) of ``suite``, if any."""
     from llmsched_gym.leaderboard.headroom import headroom_markdown, read_headroom
 
     try:
@@ -265,6 +265,7 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
         quick=args.quick,
         lookahead_horizon_s=horizon,
         lookahead_sample=args.lookahead,
+        lookahead_skip=args.lookahead_skip.split(",") if args.lookahead_skip else (),
         workers=args.workers,
         address=args.address,
         progress=not args.quiet,
@@ -398,6 +399,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="quick-first",
         help="workloads the lookahead oracle runs on: none, the first seed of each quick "
         "scenario's sources (default), the quick subset, or all evaluated",
+    )
+    q.add_argument(
+        "--lookahead-skip",
+        metavar="T[,T...]",
+        help="tasks the lookahead oracle does not run on (too costly); the table says so",
     )
     q.add_argument(
         "--lookahead-horizon",

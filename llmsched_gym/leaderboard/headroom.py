@@ -35,6 +35,7 @@ from typing import Any
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.leaderboard.score import geometric_score, score_rows
 from llmsched_gym.leaderboard.suite import Suite, Task, Workload
+from llmsched_gym.lookahead import BASES
 
 __all__ = [
     "CSP_MAX_CELLS",
@@ -146,6 +147,7 @@ def run_headroom(
     quick: bool = False,
     lookahead_horizon_s: float | None = None,
     lookahead_sample: str = "quick-first",
+    lookahead_skip: Sequence[str] = (),
     workers: int = 1,
     address: str | None = None,
     progress: bool = True,
@@ -154,7 +156,7 @@ def run_headroom(
 
     ``lookahead_sample``: ``none`` (no lookahead rows), ``quick-first`` (the first test seed of
     each source of the quick scenarios), ``quick`` (the quick subset) or ``all`` (the workloads
-    evaluated).
+    evaluated); ``lookahead_skip``: tasks it does not run on (too costly), which the table says.
     """
     from llmsched_gym.leaderboard.run import run_all
 
@@ -173,7 +175,8 @@ def run_headroom(
         if task.interface != "router" and ORACLE not in specs:
             specs.append(ORACLE)
         jobs += [(s, w) for s in specs for w in ws]
-        la_ws = _lookahead_workloads(suite, task, ws, lookahead_sample)
+        skip = task.name.lower() in {t.lower() for t in lookahead_skip}
+        la_ws = [] if skip else _lookahead_workloads(suite, task, ws, lookahead_sample)
         la_jobs += [(la, w) for w in la_ws]
         plan[task.name] = (ws, specs, la_ws)
     rows = run_all(suite, jobs, workers=workers, address=address, progress=progress)
@@ -204,7 +207,8 @@ def run_headroom(
             role = _role(task, spec, s["oracle"])
             notes = []
             if spec == la.spec:
-                notes.append(f"base vllm-v1 (Route: least-load:requests), sample {lookahead_sample}")
+                base_policy = BASES.get(task.name, "vllm-v1")
+                notes.append(f"base {base_policy}, sample {lookahead_sample}")
             failed = [r["error"] for r in scored if r["status"] != "ok"]
             if failed:
                 notes.append(f"first failure: {failed[0][:160]}")
@@ -212,24 +216,32 @@ def run_headroom(
             out.append(
                 {**base, **s, "role": role, "kind": task.kind_of(spec), "note": note}
             )
-        out.append(
-            {
-                **base,
-                "method": "infermax-csp",
-                "role": "upper",
-                "kind": "reference",
-                "oracle": True,
-                "score": math.nan,
-                "score_low": math.nan,
-                "score_high": math.nan,
-                "num_workloads": 0,
-                "num_failed": 0,
-                "note": "Route: a cluster, outside the CSP's single instance"
-                if task.interface == "router"
-                else _csp_note(ws),
-            }
-        )
+        if not la_ws:
+            why = "--lookahead none" if lookahead_sample == "none" else "--lookahead-skip"
+            out.append(_not_run(base, la.spec, f"not run ({why})"))
+        csp = "Route: a cluster, outside the CSP's single instance"
+        if task.interface != "router":
+            csp = _csp_note(ws)
+        out.append(_not_run(base, "infermax-csp", csp))
     return out
+
+
+def _not_run(base: Mapping[str, Any], method: str, note: str) -> dict[str, Any]:
+    """An upper reference's row without a score (``note`` says why)."""
+    nan = math.nan
+    return {
+        **base,
+        "method": method,
+        "role": "upper",
+        "kind": "reference",
+        "oracle": True,
+        "score": nan,
+        "score_low": nan,
+        "score_high": nan,
+        "num_workloads": 0,
+        "num_failed": 0,
+        "note": note,
+    }
 
 
 def _lookahead_workloads(
@@ -335,12 +347,17 @@ def headroom_markdown(rows: Sequence[Mapping[str, Any]], suite: str) -> str:
         )
     for s in summary:
         lines += ["", f"#### {s['task']}: every method ({s['split']} split)", ""]
-        lines += ["| method | role | score [95% CI] | workloads | note |", "|---|---|---:|---:|---|"]
+        lines += [
+            "| method | role | score [95% CI] | workloads | note |",
+            "|---|---|---:|---:|---|",
+        ]
         for r in rows:
             if r["task"] != s["task"]:
                 continue
             score = float(r["score"]) if _finite(r["score"]) else math.nan
-            lo, hi = (float(r[k]) if _finite(r[k]) else math.nan for k in ("score_low", "score_high"))
+            lo, hi = (
+                float(r[k]) if _finite(r[k]) else math.nan for k in ("score_low", "score_high")
+            )
             text = _num(score) + (f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) else "")
             failed = int(r["num_failed"])
             note = (r["note"] + (f"; failed on {failed}" if failed else "")).replace("|", "/")

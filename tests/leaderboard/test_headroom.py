@@ -66,7 +66,8 @@ def test_preempt_rules_pick_their_victims():
 
 def test_batch_type_rules_follow_the_masks():
     obs = _obs([])
-    prefill, decode = RuleAgent("prefill-first", "BatchType"), RuleAgent("decode-first", "BatchType")
+    prefill = RuleAgent("prefill-first", "BatchType")
+    decode = RuleAgent("decode-first", "BatchType")
     assert prefill.predict(obs, action_masks=np.array([1, 1], bool))[0] == 0
     assert prefill.predict(obs, action_masks=np.array([0, 1], bool))[0] == 1
     assert decode.predict(obs, action_masks=np.array([1, 1], bool))[0] == 1
@@ -244,7 +245,8 @@ def test_headroom_is_the_best_upper_reference_minus_one(tmp_path):
     assert "#### Preempt: every method" in text and "failed on 1" in text
     assert headroom_markdown(back, "s-v1") == text
     section = task_headroom(back, "s-v1", "Preempt")  # what 'show' adds to the task's README
-    assert section.startswith("#### Headroom (s-v1)") and task_headroom(back, "s-v2", "Preempt") == ""
+    assert section.startswith("#### Headroom (s-v1)")
+    assert task_headroom(back, "s-v2", "Preempt") == ""
 
 
 def test_headroom_cli_on_a_tiny_suite(tmp_path, capsys):
