@@ -89,10 +89,14 @@ def _print_committed_headroom(suite: Any, tasks: Sequence[str]) -> None:
         return
     if not path.is_file():
         return
-    rows = [r for r in read_headroom(path) if r["suite"] == suite.version and r["task"] in tasks]
+    committed = read_headroom(path)
+    rows = [r for r in committed if r["suite"] == suite.version and r["task"] in tasks]
     if rows:
         summary = headroom_markdown(rows, suite.version).split("\n#### ")[0]
         print(f"\n{summary.rstrip()}\n(from {path}; 'leaderboard headroom' re-measures it)")
+    elif committed:
+        other = committed[0]["suite"]
+        print(f"\nheadroom of {other}: {path} ('leaderboard list --suite-file {other}')")
 
 
 def _slug(text: str) -> str:

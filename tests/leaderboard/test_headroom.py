@@ -280,3 +280,22 @@ def test_headroom_cli_on_a_tiny_suite(tmp_path, capsys):
     assert main([*argv, "--lookahead-horizon", "soon", "--out", str(out)]) == 2
     assert "--lookahead-horizon must be seconds or 'end', got 'soon'" in capsys.readouterr().err
 
+
+
+def test_list_prints_the_committed_headroom_of_its_suite(tmp_path, monkeypatch, capsys):
+    from llmsched_gym.leaderboard import cli
+
+    rows = [
+        _row("Preempt", "vllm-v1", "reference", 1.0, "reference"),
+        _row("Preempt", "static-priority:shortest-output", "upper", 1.2, "reference"),
+    ]
+    write_headroom(rows, tmp_path, cli.HEADROOM_STEM)
+    monkeypatch.setattr(cli, "leaderboards_root", lambda given=None: tmp_path)
+    suite = parse_suite(_tiny_suite(), "tiny.yaml")
+    cli._print_committed_headroom(suite, ["Preempt"])
+    out = capsys.readouterr().out
+    assert "headroom of s-v1:" in out  # another suite's table: a pointer, not its figures
+    object.__setattr__(suite, "version", "s-v1")
+    cli._print_committed_headroom(suite, ["Preempt"])
+    out = capsys.readouterr().out
+    assert "### Headroom per task (s-v1)" in out and "+20.0%" in out and "####" not in out
