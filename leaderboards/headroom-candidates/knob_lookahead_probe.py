@@ -4,7 +4,11 @@ The harness cannot run it: Lockstep finds KnobEnv's decision 0 observed before t
 arrival joins, AgentPolicy's after (a pre-existing mismatch). Both episodes drain, so the ratio
 of returns is vllm-v1's mean e2e over the lookahead's.
 """
-import dataclasses, sys, time
+
+import dataclasses
+import sys
+import time
+
 from llmsched_gym.envs.adapters import PolicyAgent, rollout
 from llmsched_gym.envs.knob_v0 import KnobEnv
 from llmsched_gym.leaderboard.suite import load_suite
@@ -18,9 +22,11 @@ for w in suite.workloads("test", tasks=["Knob"], quick=True):
 for w in firsts.values():
     t = time.time()
     out = {}
-    for name, agent in (("vllm-v1", PolicyAgent(make_policy("vllm-v1"))), ("lookahead", LookaheadAgent("Knob"))):
+    agents = {"vllm-v1": PolicyAgent(make_policy("vllm-v1")), "lookahead": LookaheadAgent("Knob")}
+    for name, agent in agents.items():
         env = KnobEnv(scenario=dataclasses.replace(w.scenario(), seed=0), oracle=True)
         r = rollout(env, agent, seed=w.seed)
         assert r["terminated"], (w.id, name)
         out[name] = r["return"]
-    print(w.id, "vllm-v1/lookahead mean-e2e ratio", round(out["vllm-v1"] / out["lookahead"], 4), "returns", out, round(time.time() - t, 1), "s", flush=True)
+    ratio = out["vllm-v1"] / out["lookahead"]
+    print(w.id, f"vllm-v1/lookahead mean-e2e ratio {ratio:.4f}", out, f"{time.time() - t:.1f} s")

@@ -280,8 +280,19 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
         out = leaderboards_root(args.root)
     else:
         out = Path(args.out)
-    paths = write_headroom(rows, out, HEADROOM_STEM)
-    print(headroom_markdown(rows, suite.version))
+    command = " ".join(
+        [
+            "llmsched-gym leaderboard headroom",
+            *(["--task", args.task] if args.task else []),
+            *(["--quick"] if args.quick else []),
+            f"--lookahead {args.lookahead}",
+            *(["--lookahead-skip", args.lookahead_skip] if args.lookahead_skip else []),
+            f"--lookahead-horizon {args.lookahead_horizon}",
+            *(["--update"] if args.update else []),
+        ]
+    )
+    paths = write_headroom(rows, out, HEADROOM_STEM, command)
+    print(headroom_markdown(rows, suite.version, command))
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 

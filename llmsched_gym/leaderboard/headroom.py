@@ -321,12 +321,19 @@ def _num(x: float) -> str:
     return f"{x:.3f}" if math.isfinite(x) else "—"
 
 
-def headroom_markdown(rows: Sequence[Mapping[str, Any]], suite: str) -> str:
+def _named(name: str, score: float) -> str:
+    return f"{name} {_num(score)}" if math.isfinite(score) else "—"
+
+
+def headroom_markdown(
+    rows: Sequence[Mapping[str, Any]], suite: str, command: str | None = None
+) -> str:
     """The summary table and one titled table per task (every method with its kind)."""
     summary = headroom_summary(rows)
     lines = [
         f"### Headroom per task ({suite})",
         "",
+        *([f"Measured by `{command}`.", ""] if command else []),
         "Scores: geometric mean over the task's workloads of the reference's metric / the "
         "method's (> 1 better). Headroom = the best upper reference's score - 1; a task with "
         f"less than {MIN_HEADROOM:.0%} is redesigned or unscored.",
@@ -339,11 +346,11 @@ def headroom_markdown(rows: Sequence[Mapping[str, Any]], suite: str) -> str:
         uppers = "; ".join(f"{k} {_num(v)}" for k, v in s["uppers"].items() if math.isfinite(v))
         flag = "" if s["scored"] else " (unscored)"
         head = s["headroom"]
+        agent = _named(s["best_agent"], s["best_agent_score"])
+        refk = _named(s["best_reference_kind"], s["best_reference_kind_score"])
         lines.append(
-            f"| {s['task']}{flag} | {s['split']} | {s['reference']} | {s['best_agent']} "
-            f"{_num(s['best_agent_score'])} | {s['best_reference_kind']} "
-            f"{_num(s['best_reference_kind_score'])} | {uppers or '—'} | "
-            f"{f'{head:+.1%}' if math.isfinite(head) else '—'} |"
+            f"| {s['task']}{flag} | {s['split']} | {s['reference']} | {agent} | {refk} | "
+            f"{uppers or '—'} | {f'{head:+.1%}' if math.isfinite(head) else '—'} |"
         )
     for s in summary:
         lines += ["", f"#### {s['task']}: every method ({s['split']} split)", ""]
@@ -376,8 +383,10 @@ def task_headroom(rows: Sequence[Mapping[str, Any]], suite: str, task: str) -> s
     return text.replace(f"### Headroom per task ({suite})", f"#### Headroom ({suite})", 1)
 
 
-def write_headroom(rows: Sequence[Mapping[str, Any]], out: str | Path, stem: str) -> list[Path]:
-    """``<out>/<stem>.csv`` (``HEADROOM_COLUMNS``) and ``<out>/<stem>.md``."""
+def write_headroom(
+    rows: Sequence[Mapping[str, Any]], out: str | Path, stem: str, command: str | None = None
+) -> list[Path]:
+    """``<out>/<stem>.csv`` (``HEADROOM_COLUMNS``) and ``<out>/<stem>.md`` (naming ``command``)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out / f"{stem}.csv", out / f"{stem}.md"
@@ -386,7 +395,7 @@ def write_headroom(rows: Sequence[Mapping[str, Any]], out: str | Path, stem: str
         writer.writeheader()
         for r in rows:
             writer.writerow({k: _cell(r[k]) for k in HEADROOM_COLUMNS})
-    md_path.write_text(headroom_markdown(rows, rows[0]["suite"] if rows else ""))
+    md_path.write_text(headroom_markdown(rows, rows[0]["suite"] if rows else "", command))
     return [csv_path, md_path]
 
 
