@@ -1,4 +1,4 @@
-"""``llmsched-gym leaderboard``: list, evaluate, validate, show (and reproduce)."""
+"""``llmsched-gym leaderboard``: list, evaluate, validate, show, headroom (and reproduce)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from llmsched_gym.errors import ConfigError
 from llmsched_gym.leaderboard.suite import SUITE_VERSION
 
 __all__ = ["add_parser", "leaderboards_root"]
+
+HEADROOM_STEM = "headroom"
+"""``leaderboards/headroom.{csv,md}``: the committed headroom table (``headroom --update``)."""
 
 
 def leaderboards_root(given: str | None = None) -> Path:
@@ -36,10 +39,11 @@ def _suite(args: argparse.Namespace) -> Any:
     return load_suite(args.suite_file)
 
 
-def _tasks_in_scope(suite: Any, args: argparse.Namespace) -> list[Any]:
+def _tasks_in_scope(suite: Any, args: argparse.Namespace, scored_only: bool = False) -> list[Any]:
+    """The tasks of ``--task``; without it every task (``scored_only``: of the scored set)."""
     if args.task:
         return [suite.task(t) for t in args.task.split(",")]
-    return list(suite.tasks.values())
+    return [t for t in suite.tasks.values() if t.scored or not scored_only]
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -50,7 +54,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for task in _tasks_in_scope(suite, args):
         print(f"{task.name}  [{task.interface}; metric {task.metric}; reference {task.reference}]")
         print(f"  {task.decision}")
-        print(f"  baselines: {', '.join(task.baselines)}")
+        agents = [b for b in task.baselines if task.kind_of(b) == "agent"]
+        print(f"  baselines (agent kind): {', '.join(agents) or '-'}")
+        if task.references:
+            print(f"  baselines (reference kind): {', '.join(task.references)}")
+        if not task.scored:
+            print(f"  UNSCORED: {task.unscored_reason}")
         for sc in task.scenarios:
             quick = " (quick)" if sc.quick else ""
             print(f"  {sc.id}{quick}: {sc.base} at {sc.load:g}x capacity ({sc.level})")
@@ -69,7 +78,28 @@ def _cmd_list(args: argparse.Namespace) -> int:
     n_test = len(suite.workloads("test"))
     n_quick = len(suite.workloads("test", quick=True))
     print(f"\n{n_test} test workloads ({n_quick} in the quick subset)")
+    _print_committed_headroom(suite, [t.name for t in _tasks_in_scope(suite, args)])
     return 0
+
+
+def _print_committed_headroom(suite: Any, tasks: Sequence[str]) -> None:
+    """The committed headroom table (``leaderboards/headroom.csv``) of ``suite``, if any."""
+    from llmsched_gym.leaderboard.headroom import headroom_markdown, read_headroom
+
+    try:
+        path = leaderboards_root() / f"{HEADROOM_STEM}.csv"
+    except ConfigError:  # an installed package: no committed table to print
+        return
+    if not path.is_file():
+        return
+    committed = read_headroom(path)
+    rows = [r for r in committed if r["suite"] == suite.version and r["task"] in tasks]
+    if rows:
+        summary = headroom_markdown(rows, suite.version).split("\n#### ")[0]
+        print(f"\n{summary.rstrip()}\n(from {path}; 'leaderboard headroom' re-measures it)")
+    elif committed:
+        other = committed[0]["suite"]
+        print(f"\nheadroom of {other}: {path} ('leaderboard list --suite-file {other}')")
 
 
 def _slug(text: str) -> str:
@@ -114,7 +144,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     for spec in args.policy:
         if Path(spec).is_dir():
             refuse_pickled(spec, trust_pickle=args.trust_pickle)
-    tasks = _tasks_in_scope(suite, args)
+    tasks = _tasks_in_scope(suite, args, scored_only=True)
+    for task in suite.tasks.values():
+        if task not in tasks and not args.task:
+            print(f"skipped: {task.name}: unscored ({task.unscored_reason})", file=sys.stderr)
     all_jobs, skipped = [], []
     for task in tasks:
         jobs, why = _evaluate_task(suite, task, args.policy, quick, args)
@@ -275,12 +308,58 @@ def _count(text: str) -> int:
     return value
 
 
-def _common(p: argparse.ArgumentParser, workers: bool = True) -> None:
+def _cmd_headroom(args: argparse.Namespace) -> int:
+    from llmsched_gym.leaderboard.headroom import headroom_markdown, run_headroom, write_headroom
+
+    suite = _suite(args)
+    horizon = None
+    if args.lookahead_horizon != "end":
+        try:
+            horizon = float(args.lookahead_horizon)
+        except ValueError:
+            raise ConfigError(
+                f"--lookahead-horizon must be seconds or 'end', got {args.lookahead_horizon!r}"
+            ) from None
+    rows = run_headroom(
+        suite,
+        _tasks_in_scope(suite, args),
+        quick=args.quick,
+        lookahead_horizon_s=horizon,
+        lookahead_sample=args.lookahead,
+        lookahead_skip=args.lookahead_skip.split(",") if args.lookahead_skip else (),
+        workers=args.workers,
+        address=args.address,
+        progress=not args.quiet,
+    )
+    if args.update:
+        if args.quick and args.task:
+            raise ConfigError("--update writes the committed table: not with --quick and --task")
+        out = leaderboards_root(args.root)
+    else:
+        out = Path(args.out)
+    command = " ".join(
+        [
+            "llmsched-gym leaderboard headroom",
+            *(["--task", args.task] if args.task else []),
+            *(["--quick"] if args.quick else []),
+            f"--lookahead {args.lookahead}",
+            *(["--lookahead-skip", args.lookahead_skip] if args.lookahead_skip else []),
+            f"--lookahead-horizon {args.lookahead_horizon}",
+            *(["--update"] if args.update else []),
+        ]
+    )
+    paths = write_headroom(rows, out, HEADROOM_STEM, command)
+    print(headroom_markdown(rows, suite.version, command))
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def _common(p: argparse.ArgumentParser, workers: bool = True, suite: str = SUITE_VERSION) -> None:
     p.add_argument(
         "--suite-file",
-        default=SUITE_VERSION,
+        default=suite,
         metavar="NAME|FILE",
-        help=f"suite version or YAML file (default {SUITE_VERSION})",
+        help=f"suite version or YAML file (default {suite})",
     )
     if workers:
         p.add_argument(
@@ -407,6 +486,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _common(q, workers=False)
     q.set_defaults(func=_cmd_show)
+
+    q = lsub.add_parser(
+        "headroom",
+        help="per task: the reference, the best agent and reference-kind baselines, and the "
+        "upper references (oracles), with the headroom between them",
+        description="Runs every task's reference, baselines and upper references "
+        "(static-priority:shortest-output on engine tasks; the lookahead oracle on a declared "
+        "sample; the InferMax CSP where a workload is small enough) on the test split (or the "
+        "quick subset) and writes headroom.csv and headroom.md under --out (with --update: "
+        "leaderboards/headroom.*, which 'leaderboard list' prints).",
+    )
+    q.add_argument("--task", metavar="T[,T...]", help="only these tasks")
+    q.add_argument("--quick", action="store_true", help="the quick subset, not the test split")
+    q.add_argument(
+        "--lookahead",
+        choices=("none", "quick-first", "quick", "all"),
+        default="quick-first",
+        help="workloads the lookahead oracle runs on: none, the first seed of each quick "
+        "scenario's sources (default), the quick subset, or all evaluated",
+    )
+    q.add_argument(
+        "--lookahead-skip",
+        metavar="T[,T...]",
+        help="tasks the lookahead oracle does not run on (too costly); the table says so",
+    )
+    q.add_argument(
+        "--lookahead-horizon",
+        default="end",
+        metavar="S|end",
+        help="simulated seconds each lookahead fork runs (default end: to the episode's end)",
+    )
+    q.add_argument(
+        "--out", default="out/leaderboard/headroom", metavar="DIR", help="output folder"
+    )
+    q.add_argument(
+        "--update", action="store_true", help="write leaderboards/headroom.csv and .md instead"
+    )
+    q.add_argument("--root", metavar="DIR", help="the leaderboards folder (default: the clone's)")
+    from llmsched_gym.leaderboard.suite import SUITE_VERSION
+
+    _common(q, suite=SUITE_VERSION)
+    q.set_defaults(func=_cmd_headroom)
 
     from llmsched_gym.leaderboard import reproduce
 

@@ -5,6 +5,8 @@
 * a registered scheduler (``vllm-v1``, ``static-priority:shortest-prompt``, ``proserve`` ...) for
   the engine tasks, or a registered router (``least-load:backlog``) for Route;
 * ``random``: uniformly random actions in the task's action space (seeded per workload);
+* ``rule:<name>``: a built-in rule acting through the task's action on the observation
+  (``llmsched_gym.leaderboard.agents.RULES``), wrapped as an entry point's agent is;
 * ``module:factory``: a Python entry point (``module`` importable, or a file path
   ``path/to/file.py:factory``) called as ``factory(task=TASK)`` (or with no argument when it
   takes none) for every workload; it returns a ``SchedulingPolicy``, a cluster router (an
@@ -24,6 +26,7 @@ unflagged one, and oracle rows are ranked apart.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -227,6 +230,12 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
         return sub.policy_ref(task)
     if spec == "random":
         return PolicyRef(spec, "random", "random")
+    if spec.startswith("rule:"):
+        from llmsched_gym.leaderboard.agents import RuleAgent
+
+        rule = spec.removeprefix("rule:")
+        RuleAgent(rule, task.name)  # the error names the rules that fit the task
+        return PolicyRef(spec, spec, "entry", functools.partial(RuleAgent, rule))
     from llmsched_gym.cluster.routers import registered_policies
 
     known, what = registered_policies(task.interface == "router")
@@ -236,8 +245,8 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
         return PolicyRef(spec, spec.rpartition(":")[2], "entry", _load_entry(spec))
     raise ConfigError(
         f"unknown policy {spec!r} for task {task.name}: not a registered {what} (see "
-        f"'llmsched-gym list {what}s'), 'random', a module:factory entry point, or a "
-        "submission folder"
+        f"'llmsched-gym list {what}s'), 'random', a rule:<name>, a module:factory entry point, "
+        "or a submission folder"
     )
 
 

@@ -170,15 +170,18 @@ def simulate_workload(task: Any, policy: Any, workload: Workload) -> Any:
     return scenario.simulate(policy, seed=workload.seed)
 
 
-def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str, Any]:
+def run_workload(suite: Suite, policy_spec: Any, workload: Workload) -> dict[str, Any]:
     """Run ``policy_spec`` on one workload; a failure becomes a ``failed`` row, never an exception.
+
+    ``policy_spec``: what ``resolve_policy`` takes, or a ``PolicyRef`` already resolved (an
+    upper reference the headroom table builds, such as the lookahead oracle with its horizon).
 
     The policy is built fresh for the workload (seeded by it), so runs are independent.
     """
-    from llmsched_gym.leaderboard.policy import resolve_policy
+    from llmsched_gym.leaderboard.policy import PolicyRef, resolve_policy
 
     task = suite.task(workload.task)
-    ref = resolve_policy(policy_spec, task)
+    ref = policy_spec if isinstance(policy_spec, PolicyRef) else resolve_policy(policy_spec, task)
     row = _base_row(workload, ref.name)
     row["kind"] = ref.row_kind
     row["tail_metric"] = task.tail_metric
@@ -296,7 +299,7 @@ def _run_ray(
                     rows[i] = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - a worker died twice: report it
                     spec, w = jobs[i]
-                    row = _base_row(w, spec)
+                    row = _base_row(w, getattr(spec, "name", spec))
                     row.update(status="failed", error=f"worker died twice: {type(exc).__name__}")
                     rows[i] = row
                 bar.update()

@@ -187,6 +187,20 @@ class Task:
     scenarios: tuple[SuiteScenario, ...]
     interface: str = "scheduler"
     """``scheduler`` (a ``SchedulingPolicy`` per instance) or ``router`` (a cluster router)."""
+    references: tuple[str, ...] = ()
+    """Baselines that replace the engine's scheduler as a whole (ranked apart from agents)."""
+    scored: bool = True
+    """False: the task is listed and runnable but outside the scored set (``unscored_reason``)."""
+    unscored_reason: str | None = None
+    """The measurement that took the task out of the scored set."""
+
+    def kind_of(self, spec: str) -> str:
+        """``reference`` for a baseline listed in ``references``, else ``agent``.
+
+        Agents act only through the task's action interface (rules, learned agents, routers,
+        ``random``); references replace the scheduler (``proserve``, ``static-priority:*``).
+        """
+        return "reference" if spec in self.references else "agent"
 
     def metric_of(self, scenario: SuiteScenario) -> str:
         """The metric ``scenario`` is scored on."""
@@ -376,7 +390,18 @@ def _parse_task(
 ) -> Task:
     data = _only(
         data,
-        ("decision", "metric", "tail_metric", "reference", "baselines", "interface", "scenarios"),
+        (
+            "decision",
+            "metric",
+            "tail_metric",
+            "reference",
+            "baselines",
+            "references",
+            "interface",
+            "scored",
+            "unscored_reason",
+            "scenarios",
+        ),
         where,
     )
     if name not in TASK_ENVS:
@@ -391,7 +416,24 @@ def _parse_task(
     interface = data.get("interface", "router" if name == "Route" else "scheduler")
     if interface not in ("scheduler", "router"):
         raise ConfigError(f"{where}.interface must be scheduler or router, got {interface!r}")
-    baselines = _req(data, "baselines", where, (list,))
+    baselines = [str(b) for b in _req(data, "baselines", where, (list,))]
+    references = data.get("references") or []
+    if not isinstance(references, list):
+        raise ConfigError(f"{where}.references must be a list of baselines, got {references!r}")
+    references = [str(r) for r in references]
+    extra = [r for r in references if r not in baselines]
+    if extra:
+        raise ConfigError(f"{where}.references {extra} are not among the task's baselines")
+    scored = data.get("scored", True)
+    reason = data.get("unscored_reason")
+    if not isinstance(scored, bool):
+        raise ConfigError(f"{where}.scored must be true or false, got {scored!r}")
+    if scored and reason is not None:
+        raise ConfigError(f"{where}.unscored_reason is only for a task with scored: false")
+    if not scored and not (isinstance(reason, str) and reason.strip()):
+        raise ConfigError(
+            f"{where}: scored: false needs unscored_reason (the measurement that decided it)"
+        )
     scenarios = []
     ids = set()
     for i, raw in enumerate(_req(data, "scenarios", where, (list,))):
@@ -449,9 +491,12 @@ def _parse_task(
         metric=metric,
         tail_metric=tail,
         reference=_req(data, "reference", where, (str,)),
-        baselines=tuple(str(b) for b in baselines),
+        baselines=tuple(baselines),
         scenarios=tuple(scenarios),
         interface=interface,
+        references=tuple(references),
+        scored=scored,
+        unscored_reason=None if reason is None else " ".join(reason.split()),
     )
 
 

@@ -108,7 +108,9 @@ def markdown_table(
         f"interval. Tail: the same for {task.tail_metric}.",
         "",
     ]
-    if not spread_line:
+    if not task.scored:
+        lines += [f"**Unscored in {suite.version}:** {task.unscored_reason}", ""]
+    elif not spread_line:
         pass
     elif spread["flagged"]:
         lines += [

@@ -301,10 +301,13 @@ def show_leaderboards(
     root: Path, task_filter: str | None, out: str | Path, *, update: bool, suite: Any
 ) -> int:
     """Render every task's committed leaderboard: Markdown (printed and written) and a PNG."""
+    from llmsched_gym.leaderboard.headroom import read_headroom, task_headroom
     from llmsched_gym.leaderboard.tables import leaderboard_rows, markdown_table, plot_scores
 
     tasks = task_filter.split(",") if task_filter else None
     subs = collect_submissions(root, tasks)
+    committed = root / "headroom.csv"  # 'leaderboard headroom --update'
+    headroom = read_headroom(committed) if committed.is_file() else []
     if not subs:
         raise ConfigError(f"no submissions under {root}")
     out = Path(out)
@@ -317,6 +320,8 @@ def show_leaderboards(
         board = leaderboard_rows(task, methods, declared, {s.method: s.kind for s in subs[name]})
         boards[name] = (task, board)
         text = markdown_table(suite, task, board)
+        if headroom:
+            text += "\n" + task_headroom(headroom, suite.version, name)
         texts.append(text)
         (out / f"{name.lower()}.md").write_text(text)
         if update:
