@@ -524,7 +524,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--update", action="store_true", help="write leaderboards/headroom.csv and .md instead"
     )
     q.add_argument("--root", metavar="DIR", help="the leaderboards folder (default: the clone's)")
-    from llmsched_gym.leaderboard.suite import SUITE_VERSION
 
     _common(q, suite=SUITE_VERSION)
     q.set_defaults(func=_cmd_headroom)
