@@ -378,6 +378,10 @@ def test_readme_submit_your_policy_works_verbatim(tmp_path):
     commands = textwrap.dedent(next(b for lang, b in blocks if lang == "bash")).splitlines()
     folder = tmp_path / "leaderboards" / "priority" / "my-method"
     folder.mkdir(parents=True)
+    # show recomputes ratios from the reference submission's values, so it sits beside
+    shutil.copytree(
+        ROOT / "leaderboards" / "priority" / "vllm-v1", folder.parent / "vllm-v1"
+    )
     (folder / "policy.py").write_text(code)
     (folder / "submission.yaml").write_text(yaml_text)
     for line in commands:
