@@ -119,7 +119,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     # Ray or not, the same rows in the same order.
     unique = list({(s, w.id): (s, w) for s, w in all_jobs}.values())
     rows = run_all(
-        suite, unique, workers=args.workers, address=args.address, progress=not args.quiet
+        suite,
+        unique,
+        workers=args.workers,
+        address=args.address,
+        progress=not args.quiet,
+        trust_pickle=args.trust_pickle,
     )
     by_job = {(s, w.id): r for (s, w), r in zip(unique, rows, strict=True)}
 
@@ -200,6 +205,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         workers=args.workers,
         address=args.address,
         progress=not args.quiet,
+        trust_pickle=args.trust_pickle,
     )
     if problems:
         print(f"{args.submission}: INVALID ({len(problems)} problem(s))")
@@ -241,6 +247,12 @@ def _common(p: argparse.ArgumentParser, workers: bool = True) -> None:
             "of starting a local one",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument(
+            "--trust-pickle",
+            action="store_true",
+            help="let a submission's sandboxed code unpickle (e.g. SB3's PPO.load of a "
+            "model.zip): a pickle runs code chosen by whoever wrote it; off by default",
+        )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,6 +5,11 @@ standard metrics beside them, and the status (``ok`` or ``failed`` with the erro
 deterministic except ``wall_s``: the engine is, so re-running a deterministic policy reproduces
 every other column bit for bit, serially or on Ray (``llmsched-gym leaderboard validate``).
 
+A submission's code (an entry point) runs in its own sandboxed process for each workload
+(``llmsched_gym.leaderboard.sandbox``); the suite's limits apply to it, the per-workload wall
+limit counting from the start of building the policy. ``trust_pickle`` lets that process
+unpickle (SB3's ``PPO.load`` of a ``model.zip``); it is off by default.
+
 Ray: one task per (policy, workload); ``workers`` > 1 starts a local Ray with that many CPUs,
 ``address`` joins a running cluster (``ray start --head`` on one machine, ``ray start
 --address=HEAD:6379`` on the others). A worker that dies is retried once; a second death, like
@@ -22,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.sandbox import SandboxLimits, close_policy
 from llmsched_gym.leaderboard.suite import Suite, Workload
 
 __all__ = ["RESULT_COLUMNS", "VALIDATED_COLUMNS", "run_all", "run_workload", "simulate_workload"]
@@ -79,7 +85,9 @@ def _deadline(seconds: float) -> Iterator[None]:
         return
 
     def fire(signum: int, frame: Any) -> None:
-        raise WorkloadTimeout(f"ran past the suite's limit of {seconds:g} s per workload")
+        raise WorkloadTimeout(
+            f"ran past the suite's limit of {seconds:g} s per workload (per_workload_s)"
+        )
 
     old = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -121,10 +129,14 @@ def simulate_workload(task: Any, policy: Any, workload: Workload) -> Any:
     return scenario.simulate(policy, seed=workload.seed)
 
 
-def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str, Any]:
+def run_workload(
+    suite: Suite, policy_spec: str, workload: Workload, trust_pickle: bool = False
+) -> dict[str, Any]:
     """Run ``policy_spec`` on one workload; a failure becomes a ``failed`` row, never an exception.
 
-    The policy is built fresh for the workload (seeded by it), so runs are independent.
+    The policy is built fresh for the workload (seeded by it), so runs are independent; a
+    sandboxed one is stopped when the workload ends. ``trust_pickle`` is a plain argument so that
+    Ray ships it with the task.
     """
     from llmsched_gym.leaderboard.policy import resolve_policy
 
@@ -133,10 +145,18 @@ def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str
     row = _base_row(workload, ref.name)
     row["tail_metric"] = task.tail_metric
     t0 = time.perf_counter()
+    policy = None
     try:
-        policy = ref.build(task, workload.seed, workload)
-        row["oracle"] = bool(getattr(policy, "oracle", False))
         with _deadline(suite.workload_limit_s):
+            policy = ref.build(
+                task,
+                workload.seed,
+                workload,
+                limits=SandboxLimits.of(suite),
+                trust_pickle=trust_pickle,
+                deadline_s=time.monotonic() + suite.workload_limit_s,
+            )
+            row["oracle"] = bool(getattr(policy, "oracle", False))
             result = simulate_workload(task, policy, workload)
         wall = time.perf_counter() - t0
         summary = result.summary
@@ -162,6 +182,8 @@ def run_workload(suite: Suite, policy_spec: str, workload: Workload) -> dict[str
             row[key] = float(summary[key])
     except Exception as exc:  # noqa: BLE001 - every failure is reported in the row
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:500])
+    finally:
+        close_policy(policy)
     row["wall_s"] = round(time.perf_counter() - t0, 3)
     return row
 
@@ -185,10 +207,12 @@ def run_all(
     address: str | None = None,
     progress: bool = True,
     desc: str = "evaluate",
+    trust_pickle: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows of every (policy spec, workload) job, in the order given.
 
     ``workers`` 1 without ``address``: in this process. Otherwise one Ray task per job.
+    ``trust_pickle``: as ``run_workload``'s.
     """
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
@@ -199,16 +223,21 @@ def run_all(
         if workers == 1 and address is None:
             rows = []
             for spec, w in jobs:
-                rows.append(run_workload(suite, spec, w))
+                rows.append(run_workload(suite, spec, w, trust_pickle))
                 bar.update()
             return rows
-        return _run_ray(suite, jobs, workers, address, bar)
+        return _run_ray(suite, jobs, workers, address, bar, trust_pickle)
     finally:
         bar.close()
 
 
 def _run_ray(
-    suite: Suite, jobs: Sequence[tuple[str, Workload]], workers: int, address: str | None, bar: Any
+    suite: Suite,
+    jobs: Sequence[tuple[str, Workload]],
+    workers: int,
+    address: str | None,
+    bar: Any,
+    trust_pickle: bool,
 ) -> list[dict[str, Any]]:
     ray = _check_ray(workers, address)
     started = False
@@ -226,7 +255,7 @@ def _run_ray(
         order = sorted(
             range(len(jobs)), key=lambda i: suite.task(jobs[i][1].task).interface != "router"
         )
-        pending = {remote.remote(suite_ref, *jobs[i]): i for i in order}
+        pending = {remote.remote(suite_ref, *jobs[i], trust_pickle): i for i in order}
         rows: list[dict[str, Any] | None] = [None] * len(jobs)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

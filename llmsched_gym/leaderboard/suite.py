@@ -234,6 +234,13 @@ class Suite:
     tie_threshold: float
     """A task whose best baseline beats the reference by less than this fraction is flagged."""
     source: str = "<dict>"
+    memory_mb: int = 4096
+    """Address space of a submission's sandboxed process, in MiB (RLIMIT_AS): room for torch and
+    SB3 with a small model, not for a policy that hoards memory."""
+    startup_s: float = 120.0
+    """Wall seconds a submission's process has to import its code and build its agent."""
+    per_action_s: float = 10.0
+    """Wall seconds a submission's agent has to answer one observation."""
 
     def task(self, name: str) -> Task:
         """The task called ``name`` (case-insensitive), or an error listing the tasks."""
@@ -450,6 +457,9 @@ def _parse_task(
     )
 
 
+_LIMITS = ("per_step_s", "per_workload_s", "memory_mb", "startup_s", "per_action_s")
+
+
 def parse_suite(data: Any, source: str = "<dict>", *, require_capacity: bool = True) -> Suite:
     """Validate a parsed suite mapping; errors name the file and the field.
 
@@ -460,7 +470,11 @@ def parse_suite(data: Any, source: str = "<dict>", *, require_capacity: bool = T
         data, ("suite", "description", "limits", "tie_threshold", "sources", "tasks"), source
     )
     version = _req(data, "suite", source, (str,))
-    limits = _only(data.get("limits") or {}, ("per_step_s", "per_workload_s"), f"{source}.limits")
+    limits = _only(data.get("limits") or {}, _LIMITS, f"{source}.limits")
+    for key, value in limits.items():
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (ok and math.isfinite(value) and value > 0):
+            raise ConfigError(f"{source}.limits.{key} must be a number > 0, got {value!r}")
     sources = _parse_sources(_req(data, "sources", source, (dict,)), f"{source}.sources")
     tasks = {
         str(name): _parse_task(str(name), raw, sources, f"{source}.tasks.{name}", require_capacity)
@@ -474,6 +488,9 @@ def parse_suite(data: Any, source: str = "<dict>", *, require_capacity: bool = T
         workload_limit_s=float(limits.get("per_workload_s", 600.0)),
         tie_threshold=float(data.get("tie_threshold", 0.01)),
         source=source,
+        memory_mb=int(limits.get("memory_mb", 4096)),
+        startup_s=float(limits.get("startup_s", 120.0)),
+        per_action_s=float(limits.get("per_action_s", 10.0)),
     )
 
 

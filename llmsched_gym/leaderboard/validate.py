@@ -18,6 +18,7 @@ def validate_submission(
     workers: int = 1,
     address: str | None = None,
     progress: bool = False,
+    trust_pickle: bool = False,
 ) -> list[str]:
     """Problems found re-running ``folder``'s submission (empty: valid).
 
@@ -25,7 +26,8 @@ def validate_submission(
     columns, one row per test workload of the task, nothing else); the policy resolves through
     the policy / router / agent interfaces; the oracle declaration matches what the policy says
     of itself; and a re-run of the policy and of the reference reproduces every column but wall
-    time exactly (``quick``: only the quick subset's workloads are re-run).
+    time exactly (``quick``: only the quick subset's workloads are re-run). The submission's code
+    runs sandboxed (``llmsched_gym.leaderboard.sandbox``); ``trust_pickle`` lets it unpickle.
     """
     from llmsched_gym.leaderboard.policy import resolve_policy
     from llmsched_gym.leaderboard.run import VALIDATED_COLUMNS, run_all
@@ -71,6 +73,7 @@ def validate_submission(
         address=address,
         progress=progress,
         desc=f"validate {sub.method}",
+        trust_pickle=trust_pickle,
     )
     mine = fresh[: len(workloads)]
     reference = fresh[len(workloads) :] or mine
