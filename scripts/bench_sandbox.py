@@ -19,7 +19,6 @@ import importlib.util
 import resource
 import statistics
 import time
-from pathlib import Path
 
 from llmsched_gym.envs.adapters import AgentPolicy
 from llmsched_gym.leaderboard.policy import resolve_policy
@@ -105,7 +104,8 @@ def main() -> None:
         print(
             f"{how:<10} median wall {wall:.3f} s (build {built:.3f} s; {wall / steps * 1e6:.1f} "
             f"us/step, {(wall - built) / steps * 1e6:.1f} after build), cpu "
-            f"{cpu:.3f} s ({cpu / steps * 1e6:.1f} us/step, {cpu / decisions * 1e6:.1f} us/decision)"
+            f"{cpu:.3f} s ({cpu / steps * 1e6:.1f} us/step, "
+            f"{cpu / decisions * 1e6:.1f} us/decision)"
         )
 
 

@@ -181,7 +181,9 @@ def _command_line_entry(spec: str) -> str:
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise ConfigError(f"entry point {spec!r}: cannot import {target!r}: no module named {top!r}")
+        raise ConfigError(
+            f"entry point {spec!r}: cannot import {target!r}: no module named {top!r}"
+        )
     return spec
 
 

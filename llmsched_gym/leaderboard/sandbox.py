@@ -1,4 +1,4 @@
-"""A submission's code runs in its own process; the harness keeps the run, the scores and the checks.
+"""A submission's code runs in its own process; the harness keeps the run, scores and checks.
 
 ``SandboxedAgent`` starts ``python -m llmsched_gym.leaderboard._sandbox_child``, which imports
 the entry point (``file.py:factory`` or ``module:factory``), calls the factory and then answers
@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_gym.errors import SandboxError
+from llmsched_gym.leaderboard.suite import Suite
 
 __all__ = ["SandboxLimits", "SandboxedAgent", "close_policy"]
 
@@ -82,10 +83,11 @@ _KILL_GRACE_S = 5.0
 class SandboxLimits:
     """The suite's limits on a submission's process (``Suite`` fields of the same names)."""
 
-    memory_mb: int = 4096
-    startup_s: float = 120.0
-    per_action_s: float = 10.0
+    memory_mb: int = Suite.memory_mb
+    startup_s: float = Suite.startup_s
+    per_action_s: float = Suite.per_action_s
     per_workload_s: float = 600.0
+    """``Suite.workload_limit_s``, as a suite file without ``per_workload_s`` sets it."""
 
     @classmethod
     def of(cls, suite: Any) -> SandboxLimits:

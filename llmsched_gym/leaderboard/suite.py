@@ -488,9 +488,9 @@ def parse_suite(data: Any, source: str = "<dict>", *, require_capacity: bool = T
         workload_limit_s=float(limits.get("per_workload_s", 600.0)),
         tie_threshold=float(data.get("tie_threshold", 0.01)),
         source=source,
-        memory_mb=int(limits.get("memory_mb", 4096)),
-        startup_s=float(limits.get("startup_s", 120.0)),
-        per_action_s=float(limits.get("per_action_s", 10.0)),
+        memory_mb=int(limits.get("memory_mb", Suite.memory_mb)),
+        startup_s=float(limits.get("startup_s", Suite.startup_s)),
+        per_action_s=float(limits.get("per_action_s", Suite.per_action_s)),
     )
 
 

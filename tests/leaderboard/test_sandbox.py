@@ -207,7 +207,7 @@ def test_an_agent_that_ignores_signals_fails_at_per_action_s(tmp_path, suite, wo
 
 
 def test_a_busy_agent_fails_at_per_workload_s(tmp_path, suite, workload):
-    code = "def make():\n    def agent(obs):\n        while True:\n            pass\n    return agent\n"
+    code = "def make():\n    def agent(obs):\n        while True:\n            pass\n\n    return agent\n"
     folder = _folder(tmp_path, "", make=code)
     strict = dataclasses.replace(suite, per_action_s=100.0, workload_limit_s=1.5)
     _failed(run_workload(strict, str(folder), workload), "1.5 s per workload (per_workload_s)")
