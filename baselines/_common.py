@@ -207,79 +207,24 @@ def write(result: dict[str, Any], out: Path | None, started: float) -> dict[str,
     return result
 
 
-SB3_POLICY_PY = '''"""The {method} submission: an SB3 {name} policy for the {task} task.
-
-{name}: {citation}.
-``make`` loads ``model.zip`` next to this file (written by
-``{command}``)
-on the CPU. The harness calls the model's ``predict`` with ``deterministic=True`` (and the
-action masks where the task has them), wrapped as ``AgentPolicy(<the {task} env>, model)``.
-"""
-
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
-
-
-def make(task: str = "{task}") -> Any:
-    """The trained {name} model for the {task} task (the only task it was trained for)."""
-    if task != "{task}":
-        raise ValueError(f"{method} is a {task} agent; got task {{task!r}}")
-    import torch  # optional heavy dependencies (the [rl] extra)
-    from {module} import {name}
-
-    torch.set_num_threads(1)
-    return {name}.load(Path(__file__).with_name("model.zip"), device="cpu")
-'''
-"""``policy.py`` of an SB3 submission (``str.format`` fields)."""
-
-
 def write_sb3_submission(
-    folder: Path,
-    *,
-    method: str,
-    algorithm: type,
-    citation: str,
-    task: str,
-    command: str,
-    suite: str,
-    training: str,
-    work_conserving: bool = False,
+    folder: Path, model: dict[str, Any], *, method: str, task: str, suite: str, training: str
 ) -> None:
-    """``policy.py`` (loading ``model.zip`` beside it) and ``submission.yaml`` of an SB3 agent.
+    """``submission.yaml`` of an SB3 agent whose weights are in ``folder``: ``policy: model``.
 
-    ``command``: the command line that trained it (quoted in ``policy.py``'s docstring).
-    ``work_conserving``: the model was trained on Select with ``work_conserving=True``; the
-    policy applies the same masks on the default task (``WorkConservingAgent``).
+    ``model``: the ``model:`` spec of the weights (``weights.write_weights`` returns it), from
+    which the harness rebuilds the network; no pickled object and no code ship.
     """
     import yaml
 
-    name = algorithm.__name__
-    policy_py = SB3_POLICY_PY.format(
-        method=method,
-        name=name,
-        citation=citation,
-        task=task,
-        command=command,
-        module=algorithm.__module__.split(".")[0],
-    )
-    if work_conserving:
-        if task != "Select":
-            raise ValueError(f"work_conserving is a Select option, not {task}'s")
-        load = f"return {name}.load("
-        policy_py = policy_py.replace(
-            load,
-            "from llmsched_gym.envs.select_v0 import WorkConservingAgent\n\n"
-            "    # trained with work_conserving=True: the same masks on the default task\n"
-            f"    return WorkConservingAgent({name}.load(",
-        ).replace('device="cpu")\n', 'device="cpu"))\n')
-    (folder / "policy.py").write_text(policy_py)
+    from llmsched_gym.leaderboard.weights import MODEL_POLICY
+
     meta = {
         "suite": suite,
         "task": task,
         "method": method,
-        "policy": "policy.py:make",
+        "policy": MODEL_POLICY,
+        "model": dict(model),
         "oracle": False,
         "paper": None,
         "training": training,
@@ -302,7 +247,7 @@ def train_sb3_on_suite(
     x ``args.sources`` in a fixed cycle (each checked to be of the train split); ``algorithm``
     (PPO or MaskablePPO) trains a ``MultiInputPolicy`` with two hidden layers of
     ``args.hidden`` units for ``args.timesteps`` steps on one torch thread. Writes
-    ``model.zip``, ``policy.py``, ``submission.yaml`` and ``train.json`` (command, seed, steps,
+    ``policy.pth``, ``submission.yaml`` and ``train.json`` (command, seed, steps,
     wall and CPU time, seeds used, and the score against vllm-v1 on the next unseen train seeds)
     to ``args.submission``; ``results.csv`` is the harness's and the README is written by hand.
     """
@@ -342,7 +287,6 @@ def train_sb3_on_suite(
     wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     folder = args.submission
     folder.mkdir(parents=True, exist_ok=True)
-    model.save(folder / "model.zip")
     # Each group's seeds are a prefix of its train seeds 0, 1, 2, ...: the two environments run
     # through the cycle at their own pace, so the group with shorter episodes gets further.
     per_group: dict[str, set[int]] = {f"{sc}/{src}": set() for sc, src in workloads.groups}
@@ -377,20 +321,18 @@ def train_sb3_on_suite(
         "train_seeds": seed_ranges,
         "wall_s": round(wall_s, 1),
         "cpu_s": round(cpu_s, 1),
-        "model_bytes": (folder / "model.zip").stat().st_size,
         "train_check": {
             "workloads": [w.id for w in check],
             "score_vs_vllm_v1": round(math.exp(sum(logs) / len(logs)), 4),
         },
     }
-    (folder / "train.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    from llmsched_gym.leaderboard.weights import write_weights
+
     write_sb3_submission(
         folder,
+        write_weights(folder, model.policy, task),
         method=folder.name,
-        algorithm=algorithm,
-        citation=citation,
         task=task,
-        command=result["command"],
         suite=suite.version,
         training=(
             f"{name} ({citation}; SB3 MultiInputPolicy, {arch} MLPs), "
@@ -398,5 +340,7 @@ def train_sb3_on_suite(
             + ", ".join(f"{g} seeds {r}" for g, r in seed_ranges.items())
         ),
     )
+    result["model_bytes"] = (folder / "policy.pth").stat().st_size
+    (folder / "train.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(json.dumps(result, indent=2))
     return result

@@ -9,8 +9,8 @@ workload seeds against vllm-v1 and a random agent.
 
 **Suite mode** (``--suite llmsched-v1``) trains for the benchmark's leaderboard on the suite's
 Select train workloads only and writes a submission folder (``--submission``, default
-``leaderboards/select/maskable-ppo``) with ``model.zip`` (two hidden layers of ``--hidden``
-units for the actor and the critic), ``policy.py``, ``submission.yaml`` and ``train.json``
+``leaderboards/select/maskable-ppo``) with ``policy.pth`` (the weights: two hidden layers of
+``--hidden`` units for the actor and the critic), ``submission.yaml`` and ``train.json``
 (``_common.train_sb3_on_suite``; the README is written by hand). Two environments
 (``TrainWorkloadEnv``, top-K 16 as the harness wraps agents) reset onto the train workloads of
 the ``capped-knee`` and ``capped-overload`` scenarios (load 1.0 and 2.5 on the instance capped

@@ -10,8 +10,9 @@ Evaluated on five held-out workload seeds against vllm-v1 and a random agent.
 
 **Suite mode** (``--suite llmsched-v1``) trains for the benchmark's leaderboard on the suite's
 Priority train workloads only and writes a submission folder (``--submission``, default
-``leaderboards/priority/ppo``): ``model.zip`` (a small ``MultiInputPolicy``, two hidden layers
-of ``--hidden`` units for the actor and the critic), ``policy.py``, ``submission.yaml`` and
+``leaderboards/priority/ppo``): ``policy.pth`` (the weights of a small ``MultiInputPolicy``,
+two hidden layers of ``--hidden`` units for the actor and the critic), ``submission.yaml``
+(``policy: model`` and the ``model:`` spec the harness rebuilds the network from) and
 ``train.json`` (command, seed, steps, wall and CPU time; the README is written by hand). Two
 environments (``TrainWorkloadEnv``) reset onto the train workloads of the ``chat-knee`` and
 ``chat-overload`` scenarios and the ``sharegpt`` and ``azure-conv`` sources in a fixed cycle

@@ -11,9 +11,10 @@ For each training seed it
    (scenario, source) groups only (every workload is checked to be of the train split);
 2. trains the config's algorithm (PPO, or MaskablePPO from sb3-contrib where the task has action
    masks) with one torch thread, printing progress;
-3. writes a submission folder ``<out>/seed<S>/`` (``model.zip``, ``policy.py``,
-   ``submission.yaml``, ``train.json``) that ``llmsched-gym leaderboard evaluate`` takes as it
-   is, and the learning curve (``learning_curve.csv`` / ``.png``: the return of every training
+3. writes a submission folder ``<out>/seed<S>/`` (``policy.pth``: the policy's weights;
+   ``submission.yaml`` with ``policy: model`` and the ``model:`` spec the harness rebuilds the
+   network from; ``train.json``) that ``llmsched-gym leaderboard evaluate`` takes as it is,
+   and the learning curve (``learning_curve.csv`` / ``.png``: the return of every training
    episode against environment steps);
 4. evaluates it through the leaderboard harness on the config's ``eval`` test workloads and
    scores it against the task's reference exactly as the leaderboard does (ratios to the
@@ -256,6 +257,8 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
+    from llmsched_gym.leaderboard.weights import write_weights
+
     torch.set_num_threads(1)  # small networks: one thread is fastest and leaves a core free
     started, cpu_started = time.perf_counter(), time.process_time()
     suite, workloads, envs = make_envs(cfg)
@@ -274,11 +277,11 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     progress = progress_callback(f"{cfg['name']} seed {seed}", timesteps, stream=sys.stderr)
     model.learn(total_timesteps=timesteps, callback=progress)
     wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save(folder / "model.zip")
+    wrapper = "work-conserving" if cfg["work_conserving"] else None
+    spec = write_weights(folder, model.policy, cfg["task"], wrapper=wrapper)
     curve = _learning_curve(monitors, envs, folder, f"{cfg['name']} seed {seed} ({cfg['task']})")
     _write_submission(
-        cfg, seed, folder, suite,
+        cfg, seed, folder, suite, spec,
         f"{int(model.num_timesteps):,} steps on {suite.version} {cfg['task']} train workloads "
         f"only ({workloads.describe()})",
     )  # fmt: skip
@@ -290,7 +293,7 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
         "train_workloads": sorted({w.id for e in envs for w in e.seen}),
         "wall_s": round(wall_s, 1),
         "cpu_s": round(cpu_s, 1),
-        "model_bytes": (folder / "model.zip").stat().st_size,
+        "model_bytes": (folder / "policy.pth").stat().st_size,
         "config": {k: v for k, v in cfg.items() if k != "name"},
     }
     (folder / "train.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -353,6 +356,7 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
     """
     import shutil
 
+    from llmsched_gym.leaderboard.policy import load_submission
     from llmsched_gym.leaderboard.score import geometric_score
 
     if cfg["restarts"] == 1:
@@ -376,10 +380,10 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
     ratios = validation_ratios(suite, cfg["task"], folders, held)
     scores = [geometric_score(ratios[f]).value for f in folders]
     best = max(range(len(folders)), key=lambda j: scores[j])
-    for name in ("model.zip", "learning_curve.csv", "learning_curve.png"):
+    for name in ("policy.pth", "learning_curve.csv", "learning_curve.png"):
         shutil.copyfile(folders[best] / name, folder / name)
     _write_submission(
-        cfg, seed, folder, suite,
+        cfg, seed, folder, suite, load_submission(folders[best]).model,
         f"the best of {len(runs)} runs of {runs[best]['timesteps']:,} steps on {suite.version} "
         f"{cfg['task']} train workloads only ({workloads.describe()}), chosen on {len(held)} "
         "other train workloads",
@@ -405,25 +409,25 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
         "chosen_restart": best,
         "wall_s": round(wall_s, 1),
         "cpu_s": round(cpu_s, 1),
-        "model_bytes": (folder / "model.zip").stat().st_size,
+        "model_bytes": (folder / "policy.pth").stat().st_size,
         "config": {k: v for k, v in cfg.items() if k != "name"},
     }
     (folder / "train.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
 
 
-def _write_submission(cfg: dict[str, Any], seed: int, folder: Path, suite: Any, how: str) -> None:
-    """The seed folder's ``policy.py`` and ``submission.yaml``; ``how`` says what was trained."""
+def _write_submission(
+    cfg: dict[str, Any], seed: int, folder: Path, suite: Any, spec: dict[str, Any], how: str
+) -> None:
+    """The seed folder's ``submission.yaml`` for the weights ``spec`` describes; ``how`` says
+    what was trained."""
     name = cfg["algorithm"]
     write_sb3_submission(
         folder,
+        spec,
         method=f"{cfg['name']}-seed{seed}",
-        algorithm=_algorithm(name),
-        citation=CITATIONS[name],
         task=cfg["task"],
-        command=f"python baselines/train.py baselines/configs/{cfg['name']}.yaml --seeds {seed}",
         suite=suite.version,
-        work_conserving=cfg["work_conserving"],
         training=(
             f"{name} ({CITATIONS[name]}; {cfg['policy']}), {how}; "
             f"recipe baselines/configs/{cfg['name']}.yaml, seed {seed}"

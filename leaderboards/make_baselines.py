@@ -41,10 +41,15 @@ def folder_name(policy: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", policy.lower()).strip("-")
 
 
-def describe(policy: str, interface: str) -> str:
-    """The registry's one-line description of a policy or router."""
+def describe(policy: str, interface: str, task: str) -> str:
+    """The registry's one-line description of a policy, router or built-in rule."""
     if policy == "random":
         return "uniformly random actions in the task's action space (seeded per workload)"
+    if policy.startswith("rule:"):
+        from llmsched_gym.leaderboard.agents import RULES
+
+        what = RULES[policy.removeprefix("rule:")][task]
+        return f"a rule acting only through the task's action on the observation: {what}"
     if interface == "router":
         from llmsched_gym.cluster.routers import list_routers
 
@@ -65,7 +70,7 @@ def main() -> int:
         for policy in task.baselines:
             folder = Path(args.root) / task.name.lower() / folder_name(policy)
             folder.mkdir(parents=True, exist_ok=True)
-            text = describe(policy, task.interface)
+            text = describe(policy, task.interface, task.name)
             oracle = "(oracle)" in text
             text = text.replace(" (oracle)", "")
             paper = PAPERS.get(policy)

@@ -110,6 +110,9 @@ def fork(obj: Any) -> Any:
     copied together: an environment and an agent that keeps references into it (a router bound
     to the environment's cluster) stay bound in the copy.
     """
+    from llmsched_gym.core.hidden import note
+
+    note("fork")  # a copy plays out future arrivals and output lengths: an oracle's read
     return copy.deepcopy(obj, _shared(obj))
 
 

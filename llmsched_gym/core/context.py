@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import cython
 
 from llmsched_gym.config import EngineConfig
+from llmsched_gym.core.hidden import note as note_hidden
 from llmsched_gym.core.job import JobState
 from llmsched_gym.core.queues import vllm_priority_key
 from llmsched_gym.core.request import Request, RequestStatus, remove_identical
@@ -36,8 +37,9 @@ def check_oracle(policy: Any, req: Any) -> None:
     """The step context's rule: only policies flagged ``oracle = True`` read true output lengths.
 
     Shared by every ``StepContext`` implementation (the simulator's, the live backend's), so a
-    policy gets the same error on both.
+    policy gets the same error on both; every read is counted (``core.hidden``).
     """
+    note_hidden("true output length")
     if not getattr(policy, "oracle", False):
         raise PolicyError(
             f"policy {policy.name!r} read the true output length of {req.request_id!r} but is "

@@ -76,6 +76,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from llmsched_gym.core.hidden import note as note_hidden
 from llmsched_gym.cluster.cluster import Cluster, RoutingDecision
 from llmsched_gym.cluster.routers import InstanceView
 from llmsched_gym.core.engine import Engine
@@ -322,6 +323,7 @@ def _request_features(request: Any, job: Any, now: float, oracle: bool) -> list[
         *job_feats,
     ]
     if oracle:
+        note_hidden("true output length")
         out = min(request.output_len, mt)
         req.append(out / (out + 256.0))
     return req

@@ -191,6 +191,18 @@ def build_agent(factory: Any, task: str, memory_mb: int) -> Any:
     return agent
 
 
+def _weights_agent(folder: str, model: dict[str, Any], task: str, memory_mb: int) -> Any:
+    """A ``policy: model`` agent: its weights loaded into the network the project builds."""
+    from pathlib import Path
+
+    from llmsched_gym.leaderboard.weights import build_agent as build_from_weights
+
+    try:
+        return build_from_weights(Path(folder), model, task)
+    except BaseException as exc:
+        raise _Failed(f"building the agent from its weights raised {_describe(exc, memory_mb)}") from exc
+
+
 def encode_action(action: Any) -> Any:
     """An action as JSON: an int as is, anything else as dtype, shape and flat values."""
     if type(action) is int:
@@ -280,7 +292,10 @@ def main() -> None:
     from llmsched_gym.envs.adapters import _call_agent
 
     try:
-        agent = build_agent(load_factory(init["entry"], memory_mb), init["task"], memory_mb)
+        if init.get("model") is not None:  # policy: model: weights into the project's network
+            agent = _weights_agent(init["entry"], init["model"], init["task"], memory_mb)
+        else:
+            agent = build_agent(load_factory(init["entry"], memory_mb), init["task"], memory_mb)
         k = getattr(agent, "top_k", _TOP_K)
         pipe.send({"top_k": k if type(k) is int else _TOP_K, "enforced": enforced})
         while True:

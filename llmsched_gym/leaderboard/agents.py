@@ -1,9 +1,14 @@
-"""Learned agents that submissions load: small, dependency-free policies over the observation.
+"""Agents that submissions and the suite load: small, dependency-free policies over the observation.
 
 ``LinearRowScorer`` is the Priority agent the noisy cross-entropy method learns
 (``baselines/cem_priority.py``; Szita & Lőrincz, 2006, "Learning Tetris using the noisy
 cross-entropy method", Neural Computation 18(12)). It lives in the package so that a
 submission's ``policy.py`` imports it without reaching into ``baselines/``.
+
+``RuleAgent`` holds the built-in rules (``rule:<name>`` on the command line and in the suite's
+baselines, ``RULES``): deployable heuristics that act only through a task's action on the
+observation, as a learned agent does, so learners are compared with rules of their own kind
+rather than only with whole schedulers. They read no hidden truth (no oracle column).
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from llmsched_gym.envs.observation import REQUEST_FEATURES
 from llmsched_gym.errors import ConfigError
 
-__all__ = ["LinearRowScorer"]
+__all__ = ["RULES", "LinearRowScorer", "RuleAgent"]
 
 
 class LinearRowScorer:
@@ -75,3 +81,109 @@ class LinearRowScorer:
         if not isinstance(data, Mapping) or not isinstance(data.get("weights"), Mapping):
             raise ConfigError(f"{path}: expected an object with a 'weights' mapping")
         return cls.from_dict(data["weights"], where=str(path))
+
+
+_COL = {name: i for i, name in enumerate(REQUEST_FEATURES)}
+PREFILL, DECODE = 0, 1  # BatchType's actions (``llmsched_gym.envs.batch_type_v0``)
+
+
+def _unsquash(x: np.ndarray, scale: float) -> np.ndarray:
+    """Invert the observation's ``n / (n + scale)`` squashing (``envs.observation``)."""
+    x = np.minimum(np.asarray(x, dtype=np.float64), 1.0 - 1e-7)
+    return scale * x / (1.0 - x)
+
+
+def _computed_tokens(table: np.ndarray) -> np.ndarray:
+    """Tokens each row has in the KV cache: computed fraction x (prompt + generated tokens)."""
+    prompt = _unsquash(table[:, _COL["prompt_tokens"]], 1024.0)
+    generated = _unsquash(table[:, _COL["generated_tokens"]], 256.0)
+    return table[:, _COL["computed_fraction"]] * (prompt + generated)
+
+
+RULES: dict[str, dict[str, str]] = {
+    "shortest-prompt": {
+        "Priority": "rows by prompt length, shortest first (running requests too: the longest "
+        "prompt is the first victim)",
+        "Select": "running rows first (vLLM's phase (a)), then the waiting row of shortest "
+        "prompt; close only when no pick is valid",
+        "Preempt": "evict the running row of longest prompt, as vLLM's priority preemption "
+        "(max (priority, arrival)) does under shortest-prompt priorities",
+    },
+    "shortest-remaining-prompt": {
+        "Priority": "rows by tokens left to compute, fewest first",
+        "Select": "running rows first, then the waiting row with the fewest tokens left to "
+        "compute; close only when no pick is valid",
+    },
+    "least-computed": {
+        "Preempt": "evict the running row with the fewest computed tokens (the least work lost "
+        "to recompute)",
+    },
+    "prefill-first": {"BatchType": "prefill-only whenever a prefill candidate exists"},
+    "decode-first": {"BatchType": "decode-only whenever a decode candidate exists"},
+    "half-budget": {"Knob": "half the token budget, every sequence slot, in every window"},
+    "quarter-budget": {"Knob": "a quarter of the token budget, every sequence slot"},
+    "half-seqs": {"Knob": "the whole token budget, half the sequence slots"},
+}
+"""Rule name -> task -> what the rule does there."""
+
+_KNOB = {"half-budget": (0.5, 1.0), "quarter-budget": (0.25, 1.0), "half-seqs": (1.0, 0.5)}
+"""Knob rules: fixed (token budget, sequence cap) fractions, the lookahead's other candidates
+(``llmsched_gym.lookahead.KNOB_CANDIDATES``) played in every window."""
+
+
+class RuleAgent:
+    """A built-in rule (``RULES``) for one task: SB3's ``predict`` over the observation.
+
+    Keys read only the visible rows' columns (``REQUEST_FEATURES``); ties go to the earlier row
+    (the environment's own order: queue order, admission order, vLLM's victim order), so the
+    rule is deterministic.
+    """
+
+    def __init__(self, rule: str, task: str) -> None:
+        tasks = RULES.get(rule)
+        if tasks is None:
+            raise ConfigError(f"unknown rule {rule!r}; rules: {sorted(RULES)}")
+        if task not in tasks:
+            fits = sorted(r for r, ts in RULES.items() if task in ts)
+            raise ConfigError(
+                f"rule {rule!r} has no {task} form (it acts in {sorted(tasks)}); {task} rules: "
+                f"{fits or 'none'}"
+            )
+        self.rule, self.task = rule, task
+
+    def _key(self, table: np.ndarray) -> np.ndarray:
+        """Per row: lower is served first (Priority, Select) or evicted first (Preempt)."""
+        if self.rule == "shortest-prompt":
+            key = table[:, _COL["prompt_tokens"]]
+            return -key if self.task == "Preempt" else key
+        if self.rule == "shortest-remaining-prompt":
+            return table[:, _COL["tokens_to_compute"]]
+        return _computed_tokens(table)  # least-computed
+
+    def predict(
+        self, obs: Mapping[str, np.ndarray], deterministic: bool = True, action_masks: Any = None
+    ) -> tuple[Any, None]:
+        """The rule's action at ``obs`` (``action_masks`` as the environment's, when given)."""
+        if self.task == "Knob":
+            return np.array(_KNOB[self.rule], dtype=np.float32), None
+        if self.task == "BatchType":
+            masks = np.ones(2, bool) if action_masks is None else np.asarray(action_masks, bool)
+            first = PREFILL if self.rule == "prefill-first" else DECODE
+            return (first if masks[first] else 1 - first), None
+        table = np.asarray(obs["requests"], dtype=np.float64)
+        key = self._key(table)
+        if self.task == "Priority":
+            return (-key).astype(np.float32), None
+        rows = np.flatnonzero(np.asarray(obs["mask"], dtype=bool))
+        if self.task == "Preempt":
+            if rows.size == 0:
+                return 0, None
+            return int(rows[np.lexsort((rows, key[rows]))[0]]), None
+        # Select: the valid picks; none left closes the batch (work-conserving).
+        k = table.shape[0]
+        valid = rows if action_masks is None else np.flatnonzero(np.asarray(action_masks)[:k])
+        if valid.size == 0:
+            return k, None
+        waiting = table[valid, _COL["is_running"]] < 0.5
+        return int(valid[np.lexsort((valid, key[valid], waiting))[0]]), None
+

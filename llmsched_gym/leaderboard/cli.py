@@ -1,4 +1,4 @@
-"""``llmsched-gym leaderboard``: list, evaluate, validate, show (and reproduce)."""
+"""``llmsched-gym leaderboard``: list, evaluate, validate, show, headroom (and reproduce)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.suite import SUITE_VERSION
 
 __all__ = ["add_parser", "leaderboards_root"]
+
+HEADROOM_STEM = "headroom"
+"""``leaderboards/headroom.{csv,md}``: the committed headroom table (``headroom --update``)."""
 
 
 def leaderboards_root(given: str | None = None) -> Path:
@@ -35,19 +39,27 @@ def _suite(args: argparse.Namespace) -> Any:
     return load_suite(args.suite_file)
 
 
-def _tasks_in_scope(suite: Any, args: argparse.Namespace) -> list[Any]:
+def _tasks_in_scope(suite: Any, args: argparse.Namespace, scored_only: bool = False) -> list[Any]:
+    """The tasks of ``--task``; without it every task (``scored_only``: of the scored set)."""
     if args.task:
         return [suite.task(t) for t in args.task.split(",")]
-    return list(suite.tasks.values())
+    return [t for t in suite.tasks.values() if t.scored or not scored_only]
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     suite = _suite(args)
     print(f"suite {suite.version}: {suite.description}\n")
+    if suite.superseded:
+        print(f"SUPERSEDED {suite.superseded}\n")
     for task in _tasks_in_scope(suite, args):
         print(f"{task.name}  [{task.interface}; metric {task.metric}; reference {task.reference}]")
         print(f"  {task.decision}")
-        print(f"  baselines: {', '.join(task.baselines)}")
+        agents = [b for b in task.baselines if task.kind_of(b) == "agent"]
+        print(f"  baselines (agent kind): {', '.join(agents) or '-'}")
+        if task.references:
+            print(f"  baselines (reference kind): {', '.join(task.references)}")
+        if not task.scored:
+            print(f"  UNSCORED: {task.unscored_reason}")
         for sc in task.scenarios:
             quick = " (quick)" if sc.quick else ""
             print(f"  {sc.id}{quick}: {sc.base} at {sc.load:g}x capacity ({sc.level})")
@@ -66,7 +78,28 @@ def _cmd_list(args: argparse.Namespace) -> int:
     n_test = len(suite.workloads("test"))
     n_quick = len(suite.workloads("test", quick=True))
     print(f"\n{n_test} test workloads ({n_quick} in the quick subset)")
+    _print_committed_headroom(suite, [t.name for t in _tasks_in_scope(suite, args)])
     return 0
+
+
+def _print_committed_headroom(suite: Any, tasks: Sequence[str]) -> None:
+    """The committed headroom table (``leaderboards/headroom.csv``) of ``suite``, if any."""
+    from llmsched_gym.leaderboard.headroom import headroom_markdown, read_headroom
+
+    try:
+        path = leaderboards_root() / f"{HEADROOM_STEM}.csv"
+    except ConfigError:  # an installed package: no committed table to print
+        return
+    if not path.is_file():
+        return
+    committed = read_headroom(path)
+    rows = [r for r in committed if r["suite"] == suite.version and r["task"] in tasks]
+    if rows:
+        summary = headroom_markdown(rows, suite.version).split("\n#### ")[0]
+        print(f"\n{summary.rstrip()}\n(from {path}; 'leaderboard headroom' re-measures it)")
+    elif committed:
+        other = committed[0]["suite"]
+        print(f"\nheadroom of {other}: {path} ('leaderboard list --suite-file {other}')")
 
 
 def _slug(text: str) -> str:
@@ -106,7 +139,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     quick = args.suite == "quick"
     if args.update and quick:
         raise ConfigError("--update writes a submission's results: it needs the full test split")
-    tasks = _tasks_in_scope(suite, args)
+    from llmsched_gym.leaderboard.weights import refuse_pickled
+
+    for spec in args.policy:
+        if Path(spec).is_dir():
+            refuse_pickled(spec, trust_pickle=args.trust_pickle)
+    tasks = _tasks_in_scope(suite, args, scored_only=True)
+    for task in suite.tasks.values():
+        if task not in tasks and not args.task:
+            print(f"skipped: {task.name}: unscored ({task.unscored_reason})", file=sys.stderr)
     all_jobs, skipped = [], []
     for task in tasks:
         jobs, why = _evaluate_task(suite, task, args.policy, quick, args)
@@ -143,6 +184,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             continue
         methods: dict[str, list[dict]] = {}
         oracle_declared: dict[str, bool] = {}
+        kind_declared: dict[str, str] = {}
         for spec in dict.fromkeys([task.reference, *args.policy]):
             got = [by_job[(spec, w.id)] for w in ws if (spec, w.id) in by_job]
             if not got:
@@ -153,10 +195,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             if Path(spec).is_dir():
                 sub = load_submission(spec)
                 oracle_declared[got[0]["policy"]] = sub.oracle
+                kind_declared[got[0]["policy"]] = sub.kind
                 if args.update:
                     write_results(scored, sub.results_path)
                     print(f"wrote {sub.results_path}")
-        board = leaderboard_rows(task, methods, oracle_declared)
+        board = leaderboard_rows(task, methods, oracle_declared, kind_declared)
         boards[task.name] = (task, board)
         md.append(markdown_table(suite, task, board, spread_line=len(board) > 2))
         for r in board:
@@ -172,6 +215,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                     "num_workloads": r["num_workloads"],
                     "num_failed": r["num_failed"],
                     "oracle": r["oracle"],
+                    "kind": r["kind"],
                 }
             )
     write_results(all_rows, out / "results.csv")
@@ -186,7 +230,23 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         print(text)
         print(f"wrote {out}/results.csv, summary.csv, summary.md, scores.png")
+    bad = [r for r in all_rows if r["status"] != "ok" and _input_error(r["error"])]
+    if bad:
+        print(
+            f"{len(bad)} row(s) failed for an input error (a bad scenario, trace, config or "
+            f"policy reference), e.g. {bad[0]['workload']}: {bad[0]['error']}",
+            file=sys.stderr,
+        )
+        return 2
     return 0
+
+
+INPUT_ERRORS = ("ConfigError", "TraceError", "CostModelError")
+"""Error types of a failed row that mean the input is wrong, not that the policy failed."""
+
+
+def _input_error(error: str) -> bool:
+    return error.partition(":")[0] in INPUT_ERRORS
 
 
 def _jsonable(rows: list[dict]) -> list[dict]:
@@ -199,21 +259,39 @@ def _jsonable(rows: list[dict]) -> list[dict]:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from llmsched_gym.leaderboard.validate import validate_submission
 
-    problems = validate_submission(
-        args.submission,
-        quick=args.quick,
-        workers=args.workers,
-        address=args.address,
-        progress=not args.quiet,
-        trust_pickle=args.trust_pickle,
-    )
-    if problems:
-        print(f"{args.submission}: INVALID ({len(problems)} problem(s))")
-        for p in problems[:50]:
-            print(f"  {p}")
-        return 1
-    print(f"{args.submission}: valid (results reproduce exactly)")
-    return 0
+    reference_runs: dict = {}
+    invalid = []
+    for folder in args.submission:
+        report: list[str] = []
+        problems = validate_submission(
+            folder,
+            quick=args.quick,
+            sample=args.sample,
+            seed=args.seed,
+            workers=args.workers,
+            address=args.address,
+            progress=not args.quiet,
+            report=report,
+            reference_runs=reference_runs,
+            trust_pickle=args.trust_pickle,
+        )
+        for line in report:
+            print(f"{folder}: {line}")
+        if problems:
+            invalid.append(folder)
+            print(f"{folder}: INVALID ({len(problems)} problem(s))")
+            for p in problems[:50]:
+                print(f"  {p}")
+        elif args.quick:
+            print(
+                f"{folder}: valid (the re-run rows reproduce exactly; every row is consistent; "
+                "rows not re-run are not proven: validate without --quick for that)"
+            )
+        else:
+            print(f"{folder}: valid (every row re-ran and reproduces exactly)")
+    if len(args.submission) > 1:
+        print(f"{len(args.submission) - len(invalid)} of {len(args.submission)} valid")
+    return 1 if invalid else 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -224,12 +302,69 @@ def _cmd_show(args: argparse.Namespace) -> int:
     )
 
 
-def _common(p: argparse.ArgumentParser, workers: bool = True) -> None:
+def _count(text: str) -> int:
+    """An int >= 0 for argparse, or its error naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {value}")
+    return value
+
+
+def _cmd_headroom(args: argparse.Namespace) -> int:
+    from llmsched_gym.leaderboard.headroom import headroom_markdown, run_headroom, write_headroom
+
+    suite = _suite(args)
+    horizon = None
+    if args.lookahead_horizon != "end":
+        try:
+            horizon = float(args.lookahead_horizon)
+        except ValueError:
+            raise ConfigError(
+                f"--lookahead-horizon must be seconds or 'end', got {args.lookahead_horizon!r}"
+            ) from None
+    rows = run_headroom(
+        suite,
+        _tasks_in_scope(suite, args),
+        quick=args.quick,
+        lookahead_horizon_s=horizon,
+        lookahead_sample=args.lookahead,
+        lookahead_skip=args.lookahead_skip.split(",") if args.lookahead_skip else (),
+        workers=args.workers,
+        address=args.address,
+        progress=not args.quiet,
+    )
+    if args.update:
+        if args.quick and args.task:
+            raise ConfigError("--update writes the committed table: not with --quick and --task")
+        out = leaderboards_root(args.root)
+    else:
+        out = Path(args.out)
+    command = " ".join(
+        [
+            "llmsched-gym leaderboard headroom",
+            *(["--task", args.task] if args.task else []),
+            *(["--quick"] if args.quick else []),
+            f"--lookahead {args.lookahead}",
+            *(["--lookahead-skip", args.lookahead_skip] if args.lookahead_skip else []),
+            f"--lookahead-horizon {args.lookahead_horizon}",
+            *(["--update"] if args.update else []),
+        ]
+    )
+    paths = write_headroom(rows, out, HEADROOM_STEM, command)
+    print(headroom_markdown(rows, suite.version, command))
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def _common(p: argparse.ArgumentParser, workers: bool = True, suite: str = SUITE_VERSION) -> None:
     p.add_argument(
         "--suite-file",
-        default="llmsched-v1",
+        default=suite,
         metavar="NAME|FILE",
-        help="suite version or YAML file (default llmsched-v1)",
+        help=f"suite version or YAML file (default {suite})",
     )
     if workers:
         p.add_argument(
@@ -255,14 +390,23 @@ def _common(p: argparse.ArgumentParser, workers: bool = True) -> None:
         )
 
 
+def _trust_pickle(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="run a submission folder that holds pickled objects (an SB3 model.zip, .pkl, a "
+        ".pth that torch.load(weights_only=True) refuses): loading them runs the author's code",
+    )
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``leaderboard`` command and its sub-commands to the top-level CLI."""
     p = sub.add_parser(
         "leaderboard",
         help="the benchmark: list tasks, evaluate a policy, validate or show submissions, "
         "reproduce a paper",
-        description="The llmsched-v1 benchmark: tasks with train and held-out test workloads, "
-        "scores against vllm-v1 with paired 95%% intervals, validated submissions under "
+        description=f"The {SUITE_VERSION} benchmark: tasks with train and held-out test "
+        "workloads, scores against vllm-v1 with paired 95% intervals, validated submissions under "
         "leaderboards/<task>/<method>/.",
     )
     lsub = p.add_subparsers(dest="leaderboard_command", required=True, metavar="ACTION")
@@ -297,6 +441,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also write each submission folder's results.csv (full test split only)",
     )
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _trust_pickle(q)
     _common(q)
     q.set_defaults(func=_cmd_evaluate)
 
@@ -307,8 +452,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "workloads and compares every column of results.csv but wall time; also checks the "
         "suite version, the task, the workload set and the oracle declaration.",
     )
-    q.add_argument("submission", metavar="FOLDER", help="leaderboards/<task>/<method>/")
-    q.add_argument("--quick", action="store_true", help="re-run only the quick subset's workloads")
+    q.add_argument(
+        "submission",
+        nargs="+",
+        metavar="FOLDER",
+        help="leaderboards/<task>/<method>/ (several: each task's reference re-runs once)",
+    )
+    q.add_argument(
+        "--quick",
+        action="store_true",
+        help="re-run the quick subset's rows and --sample others drawn at random; check every "
+        "row's consistency (value, reference value, ratios); the default re-runs every row",
+    )
+    q.add_argument(
+        "--sample",
+        type=_count,
+        default=2,
+        metavar="N",
+        help="with --quick: rows outside the quick subset re-run too (default 2)",
+    )
+    q.add_argument(
+        "--seed",
+        type=_count,
+        metavar="S",
+        help="with --quick: the seed that draws them (default: a fresh one, printed)",
+    )
+    _trust_pickle(q)
     _common(q)
     q.set_defaults(func=_cmd_validate)
 
@@ -328,6 +497,47 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _common(q, workers=False)
     q.set_defaults(func=_cmd_show)
+
+    q = lsub.add_parser(
+        "headroom",
+        help="per task: the reference, the best agent and reference-kind baselines, and the "
+        "upper references (oracles), with the headroom between them",
+        description="Runs every task's reference, baselines and upper references "
+        "(static-priority:shortest-output on engine tasks; the lookahead oracle on a declared "
+        "sample; the InferMax CSP where a workload is small enough) on the test split (or the "
+        "quick subset) and writes headroom.csv and headroom.md under --out (with --update: "
+        "leaderboards/headroom.*, which 'leaderboard list' prints).",
+    )
+    q.add_argument("--task", metavar="T[,T...]", help="only these tasks")
+    q.add_argument("--quick", action="store_true", help="the quick subset, not the test split")
+    q.add_argument(
+        "--lookahead",
+        choices=("none", "quick-first", "quick", "all"),
+        default="quick-first",
+        help="workloads the lookahead oracle runs on: none, the first seed of each quick "
+        "scenario's sources (default), the quick subset, or all evaluated",
+    )
+    q.add_argument(
+        "--lookahead-skip",
+        metavar="T[,T...]",
+        help="tasks the lookahead oracle does not run on (too costly); the table says so",
+    )
+    q.add_argument(
+        "--lookahead-horizon",
+        default="end",
+        metavar="S|end",
+        help="simulated seconds each lookahead fork runs (default end: to the episode's end)",
+    )
+    q.add_argument(
+        "--out", default="out/leaderboard/headroom", metavar="DIR", help="output folder"
+    )
+    q.add_argument(
+        "--update", action="store_true", help="write leaderboards/headroom.csv and .md instead"
+    )
+    q.add_argument("--root", metavar="DIR", help="the leaderboards folder (default: the clone's)")
+
+    _common(q, suite=SUITE_VERSION)
+    q.set_defaults(func=_cmd_headroom)
 
     from llmsched_gym.leaderboard import reproduce
 

@@ -8,6 +8,8 @@
 * ``lookahead-oracle``: ``llmsched_gym.leaderboard.oracle.lookahead`` (its task's default base
   policy, forks run to the episode's end), planning on the workload the harness runs: an oracle
   reference, which only the project's own code may be, since it sees the judge's workload;
+* ``rule:<name>``: a built-in rule acting through the task's action on the observation
+  (``llmsched_gym.leaderboard.agents.RULES``), wrapped as an entry point's agent is;
 * ``module:factory``: a Python entry point (``module`` importable, or a file path
   ``path/to/file.py:factory``) called as ``factory(task=TASK)`` (or with no argument when it
   takes none) for every workload, in its own sandboxed process
@@ -16,7 +18,8 @@
   ``AgentRouter`` for the task's environment. A factory that takes ``workload`` or returns a
   whole scheduler or router is refused;
 * a submission folder (``leaderboards/<task>/<method>/``) whose ``submission.yaml`` names the
-  entry point (a file inside the folder) or one of the names above.
+  entry point, or says ``policy: model``: a learned agent the project builds from the folder's
+  ``model:`` field and weights (``llmsched_gym.leaderboard.weights``), running no folder code (in the sandbox too).
 
 The harness owns engines and clusters; the policy only decides, through those interfaces. A
 policy that reads true output lengths must say so (``oracle = True``); the engine refuses an
@@ -37,6 +40,7 @@ import numpy as np
 
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.leaderboard.sandbox import SandboxedAgent, SandboxLimits
+from llmsched_gym.leaderboard.weights import MODEL_POLICY
 
 __all__ = ["PolicyRef", "RandomAgent", "Submission", "load_submission", "resolve_policy"]
 
@@ -83,11 +87,23 @@ class PolicyRef:
     name: str
     """The row's name on a leaderboard."""
     kind: str
-    """``scheduler``, ``router``, ``random``, ``oracle`` or ``entry`` (code, run sandboxed)."""
+    """``scheduler``, ``router``, ``random``, ``oracle``, ``rule`` (the project's rule agents,
+    in-process), ``entry`` (a submission's code) or ``model`` (its weights), both sandboxed."""
     entry: str | None = None
-    """``/absolute/path/file.py:factory`` or ``module:factory``, for ``entry``."""
+    """``/absolute/path/file.py:factory`` or ``module:factory``, for ``entry``; the folder, for
+    ``model``."""
     folder: Path | None = None
     """The submission folder, when the reference is one."""
+    model: Mapping[str, Any] | None = None
+    """The checked ``model:`` spec, for ``model`` (weights the project's network loads)."""
+    horizon_s: float | None = None
+    """For ``oracle``: the lookahead's horizon in simulated seconds (None: to the end)."""
+
+    @property
+    def row_kind(self) -> str:
+        """``agent`` (acts only through the task's decision: an agent's action, a router's
+        instance) or ``reference`` (a registered scheduler that replaces the engine's own)."""
+        return "reference" if self.kind == "scheduler" else "agent"
 
     def build(
         self,
@@ -127,7 +143,11 @@ class PolicyRef:
                 )
             from llmsched_gym.leaderboard.oracle import lookahead
 
-            return lookahead(task.name, workload)
+            return lookahead(task.name, workload, horizon_s=self.horizon_s)
+        if self.kind == "rule":
+            from llmsched_gym.leaderboard.agents import RuleAgent
+
+            return _wrap(task, RuleAgent(self.spec.removeprefix("rule:"), task.name), self.name)
         agent = SandboxedAgent(
             self.entry,
             task.name,
@@ -135,6 +155,7 @@ class PolicyRef:
             limits=limits or SandboxLimits(),
             trust_pickle=trust_pickle,
             deadline_s=deadline_s,
+            model=self.model,
         )
         return _wrap(task, agent, self.name)
 
@@ -206,6 +227,11 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
         return PolicyRef(spec, "random", "random")
     if spec in ORACLES:
         return PolicyRef(spec, spec, "oracle")
+    if spec.startswith("rule:"):
+        from llmsched_gym.leaderboard.agents import RuleAgent
+
+        RuleAgent(spec.removeprefix("rule:"), task.name)  # the error names the rules that fit
+        return PolicyRef(spec, spec, "rule")
     from llmsched_gym.cluster.routers import registered_policies
 
     known, what = registered_policies(task.interface == "router")
@@ -215,8 +241,8 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
         return PolicyRef(spec, spec.rpartition(":")[2], "entry", _command_line_entry(spec))
     raise ConfigError(
         f"unknown policy {spec!r} for task {task.name}: not a registered {what} (see "
-        f"'llmsched-gym list {what}s'), 'random', {', '.join(map(repr, ORACLES))}, a "
-        "module:factory entry point, or a submission folder"
+        f"'llmsched-gym list {what}s'), 'random', a rule:<name>, {', '.join(map(repr, ORACLES))}, "
+        "a module:factory entry point, or a submission folder"
     )
 
 
@@ -251,7 +277,10 @@ def _folder_entry(folder: Path, spec: str) -> str:
     return f"{path}:{attr}"
 
 
-SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "oracle", "paper", "training")
+SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "model", "kind", "oracle", "paper", "training")
+KINDS = ("agent", "reference")
+"""Row kinds: ``agent`` acts only through the task's decision (ranked); ``reference`` replaces
+the engine's scheduler as a whole (ranked apart, labelled)."""
 _REQUIRED = ("suite", "task", "policy")
 
 
@@ -267,6 +296,9 @@ class Submission:
     oracle: bool = False
     paper: str | None = None
     training: str | None = None
+    kind: str = "agent"
+    model: Mapping[str, Any] | None = None
+    """``policy: model``: the checked ``model:`` spec the agent is built from."""
 
     @property
     def results_path(self) -> Path:
@@ -277,6 +309,11 @@ class Submission:
         """The policy this submission evaluates (a file entry point inside the folder)."""
         import dataclasses
 
+        if self.model is not None:
+            return PolicyRef(
+                str(self.folder), self.method, "model", str(self.folder.resolve()), self.folder,
+                model=self.model,
+            )
         target = self.policy.rpartition(":")[0]
         if target.endswith(".py"):
             entry = _folder_entry(self.folder, self.policy)
@@ -304,8 +341,12 @@ def load_submission(folder: str | Path) -> Submission:
     if unknown:
         raise ConfigError(f"{path}: unknown field(s) {unknown}; allowed: {list(SUBMISSION_FIELDS)}")
     for key in _REQUIRED:
-        if not isinstance(data.get(key), str) or not data[key].strip():
+        if key not in data or data[key] is None:
             raise ConfigError(f"{path}: field {key!r} is required (a non-empty string)")
+        if not isinstance(data[key], str) or not data[key].strip():
+            raise ConfigError(
+                f"{path}: field {key!r} must be a non-empty string, got {data[key]!r}"
+            )
     try:
         suite = load_suite(data["suite"])
     except ConfigError:
@@ -325,12 +366,28 @@ def load_submission(folder: str | Path) -> Submission:
     oracle = data.get("oracle", False)
     if not isinstance(oracle, bool):
         raise ConfigError(f"{path}: field 'oracle' must be true or false, got {oracle!r}")
+    kind = data.get("kind", "agent")
+    if kind not in KINDS:
+        raise ConfigError(
+            f"{path}: field 'kind' must be one of {list(KINDS)} (agent: acts only through the "
+            f"task's decision; reference: replaces the scheduler), got {kind!r}"
+        )
     method = data.get("method", folder.name)
     if not isinstance(method, str) or not method.strip():
         raise ConfigError(f"{path}: field 'method' must be a non-empty string, got {method!r}")
     for key in ("paper", "training"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ConfigError(f"{path}: field {key!r} must be a string or null")
+    model = None
+    if data["policy"].strip() == MODEL_POLICY or "model" in data:
+        from llmsched_gym.leaderboard.weights import check_model_spec
+
+        if data["policy"].strip() != MODEL_POLICY or data.get("model") is None:
+            raise ConfigError(
+                f"{path}: fields 'policy' and 'model' go together: 'policy: {MODEL_POLICY}' "
+                "builds the agent from the 'model' mapping, which no other policy takes"
+            )
+        model = check_model_spec(data["model"], str(path), folder=folder, task=task)
     return Submission(
         folder=folder,
         suite=suite.version,
@@ -340,4 +397,6 @@ def load_submission(folder: str | Path) -> Submission:
         oracle=oracle,
         paper=data.get("paper"),
         training=data.get("training"),
+        kind=kind,
+        model=model,
     )

@@ -43,7 +43,9 @@ RESULT_COLUMNS = (
     "workload",
     "rate_per_s",
     "policy",
+    "kind",
     "oracle",
+    "oracle_reason",
     "status",
     "error",
     "metric",
@@ -111,11 +113,63 @@ def _base_row(workload: Workload, policy: str) -> dict[str, Any]:
         workload=workload.id,
         rate_per_s=workload.rate_per_s,
         policy=policy,
+        kind="",
         oracle=False,
+        oracle_reason="",
         metric=workload.metric,
         error="",
     )
     return row
+
+
+BLIND_CONTEXT = 1 << 20
+"""The context length a blinded re-run gives requests without a limit: above any request."""
+
+
+def blinded_overrides(scenario: Any) -> dict[str, Any] | None:
+    """Overrides that stop a workload's ``max_tokens`` carrying the true output; None if it does not.
+
+    A trace without client limits, loaded by the legacy rule (no ``default_max_tokens``), and
+    Text-to-SQL calls without a cap have ``max_tokens`` = the true output (llmsched-v1's leak).
+    Blinded, they get a limit above every output, so the engine serves the same work.
+    """
+    kind = scenario.workload.get("kind")
+    if kind == "trace" and scenario.workload.get("default_max_tokens") is None:
+        return {"workload.default_max_tokens": BLIND_CONTEXT}
+    if kind == "text2sql" and scenario.workload.get("max_tokens") is None:
+        return {"workload.max_tokens": BLIND_CONTEXT}
+    return None
+
+
+def hidden_truth_reads(policy_factory: Any, workload: Workload, task: Any, result: Any) -> str:
+    """Why the harness counts a run as an oracle's ('' if it read no hidden truth).
+
+    ``result`` is the run's; on a workload whose ``max_tokens`` carries the true output
+    (``blinded_overrides``), the policy runs again blinded: a schedule that changes read it.
+    """
+    scenario = workload.scenario()
+    blind = blinded_overrides(scenario)
+    if blind is None:
+        return ""
+    from llmsched_gym.scenarios.spec import load_scenario
+
+    blinded = load_scenario(workload.base, {**workload.overrides, **blind})
+    from llmsched_gym.leaderboard.sandbox import close_policy
+
+    policy = policy_factory()
+    try:
+        if task.interface == "router":
+            again = blinded.simulate(router=policy, seed=workload.seed)
+        else:
+            again = blinded.simulate(policy, seed=workload.seed)
+    finally:
+        close_policy(policy)
+    if again.summary.get(workload.metric) != result.summary.get(workload.metric):
+        return (
+            "its schedule changes when max_tokens stops carrying the true output length "
+            "(this workload's legacy max_tokens)"
+        )
+    return ""
 
 
 def simulate_workload(task: Any, policy: Any, workload: Workload) -> Any:
@@ -130,35 +184,53 @@ def simulate_workload(task: Any, policy: Any, workload: Workload) -> Any:
 
 
 def run_workload(
-    suite: Suite, policy_spec: str, workload: Workload, trust_pickle: bool = False
+    suite: Suite, policy_spec: Any, workload: Workload, trust_pickle: bool = False
 ) -> dict[str, Any]:
     """Run ``policy_spec`` on one workload; a failure becomes a ``failed`` row, never an exception.
 
+    ``policy_spec``: what ``resolve_policy`` takes, or a ``PolicyRef`` already resolved (an
+    upper reference the headroom table builds, such as the lookahead oracle with its horizon).
+
     The policy is built fresh for the workload (seeded by it), so runs are independent; a
     sandboxed one is stopped when the workload ends. ``trust_pickle`` is a plain argument so that
-    Ray ships it with the task.
+    Ray ships it with the task. The row is an oracle's when the policy says so or the harness
+    saw it read hidden truth (``hidden_truth_reads``).
     """
-    from llmsched_gym.leaderboard.policy import resolve_policy
+    from llmsched_gym.leaderboard.policy import PolicyRef, resolve_policy
 
     task = suite.task(workload.task)
-    ref = resolve_policy(policy_spec, task)
+    ref = policy_spec if isinstance(policy_spec, PolicyRef) else resolve_policy(policy_spec, task)
     row = _base_row(workload, ref.name)
+    row["kind"] = ref.row_kind
     row["tail_metric"] = task.tail_metric
     t0 = time.perf_counter()
     policy = None
     try:
-        with _deadline(suite.workload_limit_s):
-            policy = ref.build(
+        from llmsched_gym.core.hidden import watching
+
+        deadline = time.monotonic() + suite.workload_limit_s
+
+        def build() -> Any:
+            return ref.build(
                 task,
                 workload.seed,
                 workload,
                 limits=SandboxLimits.of(suite),
                 trust_pickle=trust_pickle,
-                deadline_s=time.monotonic() + suite.workload_limit_s,
+                deadline_s=deadline,
             )
-            row["oracle"] = bool(getattr(policy, "oracle", False))
-            result = simulate_workload(task, policy, workload)
-        wall = time.perf_counter() - t0
+
+        with _deadline(suite.workload_limit_s):
+            policy = build()
+            declared = bool(getattr(policy, "oracle", False))
+            with watching() as reads:
+                result = simulate_workload(task, policy, workload)
+            wall = time.perf_counter() - t0
+            why = ", ".join(f"{what} ({n} reads)" for what, n in sorted(reads.items()))
+            if not why and not declared:
+                why = hidden_truth_reads(build, workload, task, result)
+        row["oracle"] = declared or bool(why)
+        row["oracle_reason"] = why or ("declared" if declared else "")
         summary = result.summary
         steps = int(summary.get("num_steps") or getattr(result, "num_steps", 0))
         per_step = wall / max(steps, 1)
@@ -265,7 +337,7 @@ def _run_ray(
                     rows[i] = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - a worker died twice: report it
                     spec, w = jobs[i]
-                    row = _base_row(w, spec)
+                    row = _base_row(w, getattr(spec, "name", spec))
                     row.update(status="failed", error=f"worker died twice: {type(exc).__name__}")
                     rows[i] = row
                 bar.update()

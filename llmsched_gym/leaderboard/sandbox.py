@@ -161,6 +161,9 @@ class SandboxedAgent:
         trust_pickle: Let the child unpickle (``PPO.load`` of a model.zip); off by default.
         deadline_s: ``time.monotonic()`` by which the whole workload must be done (the suite's
             ``per_workload_s``, counted by the harness from the workload's start).
+        model: A ``policy: model`` submission's checked ``model:`` spec: the child builds the
+            agent from its weights (``weights.build_agent``) with ``entry`` the folder, and
+            runs no submission code.
 
     Raises ``SandboxError`` (naming the limit, or the child's own error) when the child breaks
     a limit, dies or answers what is not an action; the child is killed first.
@@ -175,6 +178,7 @@ class SandboxedAgent:
         limits: SandboxLimits,
         trust_pickle: bool = False,
         deadline_s: float | None = None,
+        model: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.limits = limits
@@ -219,6 +223,7 @@ class SandboxedAgent:
             "memory_mb": limits.memory_mb,
             "cpu_s": math.ceil(limits.per_workload_s),
             "trust_pickle": bool(trust_pickle),
+            "model": None if model is None else dict(model),
         }
         stop = time.monotonic() + limits.startup_s
         limit = f"its import and factory took over {limits.startup_s:g} s (startup_s)"

@@ -42,6 +42,9 @@ __all__ = [
 SCORED_COLUMNS = ("reference_value", "ratio", "tail_ratio")
 """Columns ``results.csv`` adds to the run's columns."""
 
+ADDED_IN_V2 = ("kind", "oracle_reason")
+"""Text columns llmsched-v2 added to the run's columns (empty in v1's frozen results)."""
+
 
 def write_results(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
     """Write result rows as CSV (floats in shortest round-trip form), atomically."""
@@ -69,12 +72,16 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
         frame = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
     except Exception as exc:  # noqa: BLE001
         raise ConfigError(f"{path}: not a readable CSV: {exc}") from None
+    for col in ADDED_IN_V2:  # llmsched-v1's frozen results predate them
+        if col not in frame.columns:
+            frame[col] = ""
     missing = [c for c in RESULT_COLUMNS if c not in frame.columns]
     if missing:
         raise ConfigError(f"{path}: missing column(s) {missing}")
     rows = frame.to_dict("records")
     for row in rows:
-        row["error"] = "" if _is_nan(row.get("error")) else str(row["error"])
+        for col in ("error", *ADDED_IN_V2):
+            row[col] = "" if _is_nan(row.get(col)) else str(row[col])
         row["oracle"] = bool(row["oracle"])
     return rows
 
@@ -104,6 +111,8 @@ def compare_results(
         if other is None:
             continue
         for col in columns:
+            if col in ADDED_IN_V2 and row.get(col) == "":
+                continue  # a frozen llmsched-v1 row, written before the column existed
             if not _same(row.get(col), other.get(col)):
                 was, now = row.get(col), other.get(col)
                 problems.append(f"{row['workload']}: {col} committed {was!r}, re-run {now!r}")

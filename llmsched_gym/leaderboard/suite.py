@@ -38,8 +38,11 @@ __all__ = [
     "measure_capacity",
 ]
 
-SUITE_VERSION = "llmsched-v1"
+SUITE_VERSION = "llmsched-v2"
 """The suite this package evaluates by default; results name it, and submissions must match."""
+
+SHIPPED_SUITES = ("llmsched-v1", "llmsched-v2")
+"""Every suite version this package ships (older ones frozen, loadable, marked superseded)."""
 
 TASK_ENVS = {
     "Priority": "llmsched_gym.envs.priority_v0:PriorityEnv",
@@ -184,6 +187,20 @@ class Task:
     scenarios: tuple[SuiteScenario, ...]
     interface: str = "scheduler"
     """``scheduler`` (a ``SchedulingPolicy`` per instance) or ``router`` (a cluster router)."""
+    references: tuple[str, ...] = ()
+    """Baselines that replace the engine's scheduler as a whole (ranked apart from agents)."""
+    scored: bool = True
+    """False: the task is listed and runnable but outside the scored set (``unscored_reason``)."""
+    unscored_reason: str | None = None
+    """The measurement that took the task out of the scored set."""
+
+    def kind_of(self, spec: str) -> str:
+        """``reference`` for a baseline listed in ``references``, else ``agent``.
+
+        Agents act only through the task's action interface (rules, learned agents, routers,
+        ``random``); references replace the scheduler (``proserve``, ``static-priority:*``).
+        """
+        return "reference" if spec in self.references else "agent"
 
     def metric_of(self, scenario: SuiteScenario) -> str:
         """The metric ``scenario`` is scored on."""
@@ -241,6 +258,8 @@ class Suite:
     """Wall seconds a submission's process has to import its code and build its agent."""
     per_action_s: float = 10.0
     """Wall seconds a submission's agent has to answer one observation."""
+    superseded: str | None = None
+    """Why and by what a frozen older version is superseded (None: current)."""
 
     def task(self, name: str) -> Task:
         """The task called ``name`` (case-insensitive), or an error listing the tasks."""
@@ -378,7 +397,18 @@ def _parse_task(
 ) -> Task:
     data = _only(
         data,
-        ("decision", "metric", "tail_metric", "reference", "baselines", "interface", "scenarios"),
+        (
+            "decision",
+            "metric",
+            "tail_metric",
+            "reference",
+            "baselines",
+            "references",
+            "interface",
+            "scored",
+            "unscored_reason",
+            "scenarios",
+        ),
         where,
     )
     if name not in TASK_ENVS:
@@ -393,7 +423,24 @@ def _parse_task(
     interface = data.get("interface", "router" if name == "Route" else "scheduler")
     if interface not in ("scheduler", "router"):
         raise ConfigError(f"{where}.interface must be scheduler or router, got {interface!r}")
-    baselines = _req(data, "baselines", where, (list,))
+    baselines = [str(b) for b in _req(data, "baselines", where, (list,))]
+    references = data.get("references") or []
+    if not isinstance(references, list):
+        raise ConfigError(f"{where}.references must be a list of baselines, got {references!r}")
+    references = [str(r) for r in references]
+    extra = [r for r in references if r not in baselines]
+    if extra:
+        raise ConfigError(f"{where}.references {extra} are not among the task's baselines")
+    scored = data.get("scored", True)
+    reason = data.get("unscored_reason")
+    if not isinstance(scored, bool):
+        raise ConfigError(f"{where}.scored must be true or false, got {scored!r}")
+    if scored and reason is not None:
+        raise ConfigError(f"{where}.unscored_reason is only for a task with scored: false")
+    if not scored and not (isinstance(reason, str) and reason.strip()):
+        raise ConfigError(
+            f"{where}: scored: false needs unscored_reason (the measurement that decided it)"
+        )
     scenarios = []
     ids = set()
     for i, raw in enumerate(_req(data, "scenarios", where, (list,))):
@@ -451,46 +498,98 @@ def _parse_task(
         metric=metric,
         tail_metric=tail,
         reference=_req(data, "reference", where, (str,)),
-        baselines=tuple(str(b) for b in baselines),
+        baselines=tuple(baselines),
         scenarios=tuple(scenarios),
         interface=interface,
+        references=tuple(references),
+        scored=scored,
+        unscored_reason=None if reason is None else " ".join(reason.split()),
     )
 
 
 _LIMITS = ("per_step_s", "per_workload_s", "memory_mb", "startup_s", "per_action_s")
+def _positive_number(data: Mapping, key: str, default: float, where: str) -> float:
+    """A finite number > 0 (not a bool or a string), or an error naming the field and value."""
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}.{key} must be a number of seconds > 0, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{where}.{key} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _check_scenarios(tasks: Mapping[str, Task], where: str) -> None:
+    """Every scenario's base exists and takes its overrides (found now, not as failed rows)."""
+    from llmsched_gym.scenarios.spec import list_scenarios, load_scenario
+
+    known = set(list_scenarios())
+    for task in tasks.values():
+        for sc in task.scenarios:
+            w = f"{where}.tasks.{task.name}: scenario {sc.id!r}"
+            if sc.base not in known and not Path(sc.base).is_file():
+                import difflib
+
+                close = difflib.get_close_matches(sc.base, sorted(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(
+                    f"{w}: base {sc.base!r} is not a shipped scenario{hint}; see "
+                    "'llmsched-gym list scenarios'"
+                )
+            for src in sc.sources:
+                for split in (src.train, src.test):
+                    if split is None:
+                        continue
+                    try:
+                        load_scenario(sc.base, _workload_overrides(sc, src, split.window_s, 1.0))
+                    except ConfigError as exc:
+                        raise ConfigError(f"{w}, source {src.name!r}: {exc}") from None
 
 
 def parse_suite(data: Any, source: str = "<dict>", *, require_capacity: bool = True) -> Suite:
     """Validate a parsed suite mapping; errors name the file and the field.
 
-    ``require_capacity=False`` accepts scenarios without measured capacities (NaN): only for
-    measuring them.
+    Every value is checked before anything runs: limits are finite seconds > 0, the tie
+    threshold a fraction in [0, 1), every base scenario exists. ``require_capacity=False``
+    accepts scenarios without measured capacities (NaN): only for measuring them.
     """
     data = _only(
-        data, ("suite", "description", "limits", "tie_threshold", "sources", "tasks"), source
+        data,
+        ("suite", "description", "superseded", "limits", "tie_threshold", "sources", "tasks"),
+        source,
     )
     version = _req(data, "suite", source, (str,))
     limits = _only(data.get("limits") or {}, _LIMITS, f"{source}.limits")
-    for key, value in limits.items():
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (ok and math.isfinite(value) and value > 0):
-            raise ConfigError(f"{source}.limits.{key} must be a number > 0, got {value!r}")
+    per_step = _positive_number(limits, "per_step_s", 0.05, f"{source}.limits")
+    per_workload = _positive_number(limits, "per_workload_s", 600.0, f"{source}.limits")
+    startup = _positive_number(limits, "startup_s", Suite.startup_s, f"{source}.limits")
+    per_action = _positive_number(limits, "per_action_s", Suite.per_action_s, f"{source}.limits")
+    memory = limits.get("memory_mb", Suite.memory_mb)
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 256:
+        raise ConfigError(f"{source}.limits.memory_mb must be an int >= 256 (MiB), got {memory!r}")
+    tie = data.get("tie_threshold", 0.01)
+    if isinstance(tie, bool) or not isinstance(tie, (int, float)) or not 0 <= tie < 1:
+        raise ConfigError(f"{source}.tie_threshold must be a fraction in [0, 1), got {tie!r}")
+    superseded = data.get("superseded")
+    if superseded is not None and not (isinstance(superseded, str) and superseded.strip()):
+        raise ConfigError(f"{source}.superseded must be a non-empty string, got {superseded!r}")
     sources = _parse_sources(_req(data, "sources", source, (dict,)), f"{source}.sources")
     tasks = {
         str(name): _parse_task(str(name), raw, sources, f"{source}.tasks.{name}", require_capacity)
         for name, raw in _req(data, "tasks", source, (dict,)).items()
     }
+    _check_scenarios(tasks, source)
     return Suite(
         version=version,
         description=str(data.get("description", "")).strip(),
         tasks=tasks,
-        per_step_limit_s=float(limits.get("per_step_s", 0.05)),
-        workload_limit_s=float(limits.get("per_workload_s", 600.0)),
-        tie_threshold=float(data.get("tie_threshold", 0.01)),
+        per_step_limit_s=per_step,
+        workload_limit_s=per_workload,
+        tie_threshold=float(tie),
         source=source,
-        memory_mb=int(limits.get("memory_mb", Suite.memory_mb)),
-        startup_s=float(limits.get("startup_s", Suite.startup_s)),
-        per_action_s=float(limits.get("per_action_s", Suite.per_action_s)),
+        memory_mb=memory,
+        startup_s=startup,
+        per_action_s=per_action,
+        superseded=None if superseded is None else " ".join(superseded.split()),
     )
 
 
@@ -508,7 +607,9 @@ def load_suite(name_or_path: str | Path = SUITE_VERSION, require_capacity: bool 
     else:
         entry = importlib.resources.files("llmsched_gym.leaderboard") / "suites" / f"{path}.yaml"
         if not entry.is_file():
-            raise ConfigError(f"unknown suite {str(name_or_path)!r}; shipped: {SUITE_VERSION}")
+            raise ConfigError(
+                f"unknown suite {str(name_or_path)!r}; shipped: {', '.join(SHIPPED_SUITES)}"
+            )
         text, where = entry.read_text(), f"suites/{path}.yaml"
     return parse_suite(_yaml.safe_load(text), where, require_capacity=require_capacity)
 

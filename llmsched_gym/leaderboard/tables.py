@@ -17,15 +17,22 @@ def leaderboard_rows(
     task: Any,
     rows_by_method: Mapping[str, Sequence[Mapping[str, Any]]],
     declared_oracle: Mapping[str, bool],
+    declared_kind: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One summary per method: score with interval, per-level scores, tail, failures, oracle.
+    """One summary per method: score with interval, per-level scores, tail, failures, oracle, kind.
 
-    Sorted: non-oracle methods by score (best first), then oracle methods; failed methods last.
+    Sorted: agents by score (best first), then reference-kind methods (whole schedulers), then
+    oracles; failed methods last. A method is an oracle if it says so or the harness saw it
+    read hidden truth on any workload; a reference if it says so or the harness ran it as one.
     """
+    declared_kind = declared_kind or {}
     out = []
     for method, rows in rows_by_method.items():
         failed = [r for r in rows if r["status"] != "ok"]
         oracle = declared_oracle.get(method, False) or any(bool(r["oracle"]) for r in rows)
+        reference_kind = declared_kind.get(method) == "reference" or any(
+            r.get("kind") == "reference" for r in rows
+        )
         score = geometric_score(r["ratio"] for r in rows)
         tail = geometric_score(r["tail_ratio"] for r in rows)
         levels = {
@@ -44,6 +51,7 @@ def leaderboard_rows(
                 "num_failed": len(failed),
                 "first_error": failed[0]["error"] if failed else "",
                 "oracle": oracle,
+                "kind": "reference" if reference_kind else "agent",
                 "identical_to_reference": bool(rows) and ref_same,
             }
         )
@@ -51,20 +59,23 @@ def leaderboard_rows(
     def key(r: dict[str, Any]) -> tuple:
         value = r["score"].value
         finite = value if math.isfinite(value) else -1e9
-        return (r["num_failed"] > 0, r["oracle"], -finite, r["method"] != task.reference)
+        group = (r["num_failed"] > 0, r["oracle"], r["kind"] == "reference")
+        return (*group, -finite, r["method"] != task.reference)
 
     return sorted(out, key=key)
 
 
 def task_spread(board: Sequence[Mapping[str, Any]], reference: str, threshold: float) -> dict:
-    """How much the decision matters: the best deployable method's score over the reference's.
+    """How much the decision matters: the best deployable agent's score over the reference's.
 
-    ``flagged`` when no non-oracle, non-failed method beats the reference by ``threshold``.
+    ``flagged`` when no agent-kind, non-oracle, non-failed method beats the reference by
+    ``threshold`` (whole schedulers, reference kind, do more than the decision can).
     """
     deployable = [
         r
         for r in board
         if not r["oracle"]
+        and r.get("kind", "agent") == "agent"
         and r["num_failed"] == 0
         and r["method"] != reference
         and math.isfinite(r["score"].value)
@@ -97,32 +108,42 @@ def markdown_table(
         f"interval. Tail: the same for {task.tail_metric}.",
         "",
     ]
-    if not spread_line:
+    if not task.scored:
+        lines += [f"**Unscored in {suite.version}:** {task.unscored_reason}", ""]
+    elif not spread_line:
         pass
     elif spread["flagged"]:
         lines += [
-            f"**Flagged, not scored:** no deployable baseline beats {task.reference} by "
+            f"**Flagged, not scored:** no deployable agent beats {task.reference} by "
             f"{suite.tie_threshold:.0%} (best: {spread['best']}, {spread['gain']:+.1%}).",
             "",
         ]
     else:
         lines += [
-            f"The decision matters: the best deployable baseline ({spread['best']}) gains "
+            f"The decision matters: the best deployable agent ({spread['best']}) gains "
             f"{spread['gain']:+.1%} over {task.reference}.",
             "",
         ]
-    head = ["rank", "method", "score [95% CI]", *levels, "tail", "workloads", "notes"]
+    lines += [
+        "Agents (kind `agent`: act only through the task's decision) are ranked 1, 2, ...; "
+        "whole schedulers that replace the engine's (kind `reference`) are ranked apart as "
+        "R1, R2, ...; oracles (the harness saw them read hidden truth) are not ranked.",
+        "",
+    ]
+    head = ["rank", "method", "kind", "score [95% CI]", *levels, "tail", "workloads", "notes"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append(
         "|"
-        + "|".join(["---:", "---", "---:", *(["---:"] * len(levels)), "---:", "---:", "---"])
+        + "|".join(
+            ["---:", "---", "---", "---:", *(["---:"] * len(levels)), "---:", "---:", "---"]
+        )
         + "|"
     )
-    rank = 0
+    rank = ref_rank = 0
     for r in board:
         notes = []
         if r["oracle"]:
-            notes.append("oracle (reads true output lengths; ranked apart)")
+            notes.append("oracle (read hidden truth; ranked apart)")
         if r["num_failed"]:
             notes.append(f"failed on {r['num_failed']}: {r['first_error'][:80]}")
         if r["identical_to_reference"] and r["method"] != task.reference:
@@ -130,11 +151,17 @@ def markdown_table(
         if r["method"] == task.reference:
             notes.append("reference")
         ranked = not r["oracle"] and not r["num_failed"]
-        if ranked:
+        label = "—"
+        if ranked and r["kind"] == "reference":
+            ref_rank += 1
+            label = f"R{ref_rank}"
+        elif ranked:
             rank += 1
+            label = str(rank)
         cells = [
-            str(rank) if ranked else "—",
+            label,
             r["method"],
+            r["kind"],
             r["score"].text(),
             *(f"{r['levels'][lvl].value:.3f}" if r["levels"][lvl].n else "—" for lvl in levels),
             f"{r['tail'].value:.3f}" if r["tail"].n else "—",
@@ -166,16 +193,27 @@ def plot_scores(
         ys = list(range(len(rows)))[::-1]
         for y, r in zip(ys, rows, strict=True):
             s = r["score"]
-            color = "tab:gray" if r["oracle"] else "tab:blue"
+            color = (
+                "tab:gray" if r["oracle"] else "tab:orange" if r["kind"] == "reference" else "tab:blue"
+            )
             lo = s.value - s.low if math.isfinite(s.low) else 0.0
             hi = s.high - s.value if math.isfinite(s.high) else 0.0
             ax.errorbar(s.value, y, xerr=[[lo], [hi]], fmt="o", color=color, capsize=3)
         ax.axvline(1.0, color="k", lw=0.8, ls="--")
         ax.set_yticks(ys)
-        ax.set_yticklabels([r["method"] + (" (oracle)" if r["oracle"] else "") for r in rows])
+        ax.set_yticklabels(
+            [
+                r["method"]
+                + (" (oracle)" if r["oracle"] else " (reference kind)" if r["kind"] == "reference" else "")
+                for r in rows
+            ]
+        )
         ax.set_title(f"{name}: {task.metric}, score vs {task.reference} (higher is better)")
         ax.set_xlabel(f"{task.reference} {task.metric} / method's (geometric mean, 95% CI)")
-    fig.suptitle(f"{suite.version} leaderboards (held-out test workloads)")
+    fig.suptitle(
+        f"{suite.version} leaderboards (held-out test workloads; blue: agents, orange: whole "
+        "schedulers, gray: oracles)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -31,6 +31,7 @@ __all__ = [
     "check_train",
     "env_class",
     "reset_seed",
+    "task_spaces",
 ]
 
 
@@ -58,6 +59,37 @@ def reset_seed(workload: Workload, scenario: Any) -> int:
 SCORE_BOUND = 1e6
 """The bound of ``TrainWorkloadEnv(unbounded_scores=True)``'s scores: far beyond any score a
 row-scoring network produces, so nothing is clipped in practice."""
+
+
+def _unbounded_scores(task: str, space: Any) -> gym.spaces.Box:
+    """Priority's scores declared as ``Box(-SCORE_BOUND, SCORE_BOUND)`` (``unbounded_scores``)."""
+    if task != "Priority":
+        raise ConfigError(f"unbounded_scores is for Priority's scores, not task {task}")
+    return gym.spaces.Box(-SCORE_BOUND, SCORE_BOUND, space.shape, np.float32)
+
+
+def task_spaces(
+    task: str,
+    *,
+    top_k: int | None = None,
+    instances: int | None = None,
+    unbounded_scores: bool = False,
+) -> tuple[Any, Any]:
+    """``(observation_space, action_space)`` of a suite task's environment, without a scenario.
+
+    Engine tasks take ``top_k`` (the rows an agent sees, as ``AgentPolicy`` is built with);
+    Route takes ``instances`` (its cluster's size). ``unbounded_scores``: as ``TrainWorkloadEnv``.
+    """
+    cls = env_class(task)
+    if getattr(cls, "cluster_task", False):
+        from llmsched_gym.envs.route_v0 import route_observation_space
+
+        obs, act = route_observation_space(instances, False), gym.spaces.Discrete(instances)
+    else:  # the spaces depend on top_k only: an unbuilt shell makes them, as AgentPolicy's does
+        shell = cls.__new__(cls)
+        shell.top_k, shell.oracle = top_k, False
+        obs, act = shell._make_observation_space(), shell._make_action_space()
+    return obs, (_unbounded_scores(task, act) if unbounded_scores else act)
 
 _CHANGES_WORKLOAD = ("max_requests", "max_sim_time_s", "scenario_overrides", "reward")
 
@@ -240,12 +272,7 @@ class TrainWorkloadEnv(gym.Env):
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
         if unbounded_scores:
-            if self._task.name != "Priority":
-                raise ConfigError(
-                    f"unbounded_scores is for Priority's scores, not task {self._task.name}"
-                )
-            shape = self.action_space.shape
-            self.action_space = gym.spaces.Box(-SCORE_BOUND, SCORE_BOUND, shape, np.float32)
+            self.action_space = _unbounded_scores(self._task.name, self.action_space)
         self.seen: list[Workload] = []
         """The workloads of the episodes started so far, in order."""
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from llmsched_gym.config import EngineConfig
 from llmsched_gym.core.engine import SchedulingPolicy, StepContext
+from llmsched_gym.core.hidden import note as note_hidden
 from llmsched_gym.core.request import Request
 from llmsched_gym.errors import ConfigError, PolicyError
 from llmsched_gym.kv.vllm06 import can_allocate_v06, can_append_slots_v06
@@ -211,8 +212,14 @@ STATIC_KEYS: dict[str, tuple[Callable[[Request], tuple], bool]] = {
         lambda r: (r.num_prompt_tokens + r.max_tokens, r.arrival_time, r.request_id),
         False,
     ),
-    "shortest-output": (lambda r: (r._output_len, r.arrival_time, r.request_id), True),
+    "shortest-output": (lambda r: (_true_output(r), r.arrival_time, r.request_id), True),
 }
+
+
+def _true_output(req: Request) -> int:
+    """The oracle key's read of the true output length, counted (``core.hidden``)."""
+    note_hidden("true output length")
+    return req._output_len
 
 
 class StaticPriorityPolicy(VllmV1Policy):

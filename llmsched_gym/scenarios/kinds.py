@@ -34,13 +34,22 @@ def _one_of(values: tuple[str, ...], default: Any, doc: str) -> Param:
 
 def _build_trace(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[RequestSpec]:
     from llmsched_gym.workloads import arrivals, priority
-    from llmsched_gym.workloads.trace import load_trace
+    from llmsched_gym.workloads.catalog import SHIPPED_TRACES
+    from llmsched_gym.workloads.trace import load_trace, with_context_max_tokens
 
-    specs = list(load_trace(p["trace"], limit=p["limit"]))
+    # A shipped trace records no client limits: the default applies to every request, after
+    # sampling (the same requests as without it, and 300 replaced specs instead of 30,000).
+    context = p["default_max_tokens"]
+    shipped = p["trace"] in SHIPPED_TRACES
+    specs = list(
+        load_trace(p["trace"], limit=p["limit"], default_max_tokens=None if shipped else context)
+    )
     if p["start_s"] or p["duration_s"] is not None:
         specs = _window(specs, p["start_s"], p["duration_s"], p["trace"])
     if p["num_requests"] is not None:
         specs = arrivals.sample_requests(specs, p["num_requests"], seed=seed)
+    if shipped and context is not None:
+        specs = [with_context_max_tokens(s, context) for s in specs]
     if p["arrival"] == "replay":
         if p["rate_per_s"] is not None:
             specs = arrivals.rescale_to_rate(specs, p["rate_per_s"])
@@ -138,6 +147,7 @@ def _build_text2sql(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Jo
         cost_model=None if p["slo_base_s"] is not None else cost_model,
         slo_base_s=p["slo_base_s"],
         prompt_source=p["prompt_source"],
+        max_tokens=p["max_tokens"],
     )
 
 
@@ -187,6 +197,14 @@ WORKLOAD_KINDS.update(
                 "priority_classes": Param(_BOOL, False, doc="ProServe high/low classes (2:1)"),
                 "per_client": Param(_BOOL, False, doc="one priority class per client"),
                 "slo_scale": positive(_NUM, None, "TTFT/TPOT SLOs as multiples of unloaded"),
+                "default_max_tokens": Param(
+                    _INT,
+                    None,
+                    lambda v: v >= 2,
+                    ">= 2",
+                    "context length L: a request with no max_tokens gets L - prompt (vLLM's "
+                    "default); unset: its true output length (legacy, seen by every policy)",
+                ),
             },
             _build_trace,
             _check_trace,
@@ -240,6 +258,12 @@ WORKLOAD_KINDS.update(
                 "slo_scale": positive(_NUM, 5.0, "end-to-end SLO in base-SLO units"),
                 "slo_base_s": positive(_NUM, None, "base SLO in s (default: from cost model)"),
                 "prompt_source": _one_of(("trace", "templates"), "trace", "input lengths"),
+                "max_tokens": positive(
+                    _INT,
+                    None,
+                    "every call's visible limit (outputs capped to it); unset: each call's true "
+                    "output (legacy, seen by every policy)",
+                ),
             },
             _build_text2sql,
         ),

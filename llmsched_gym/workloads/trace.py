@@ -415,17 +415,29 @@ def request_to_dict(spec: RequestSpec, history_len: int | None = None) -> dict[s
 
 
 def _read_contract(
-    source: Any, label: str, limit: int | None, lines: dict[str, int] | None = None
+    source: Any,
+    label: str,
+    limit: int | None,
+    lines: dict[str, int] | None = None,
+    default_max_tokens: int | None = None,
 ) -> list[RequestSpec]:
     """Reads a contract JSONL file (``source`` has ``.name`` and ``.open('rb')``).
 
     ``lines`` receives each request's line number, for the errors of ``resolve_turns``.
+    ``default_max_tokens``: as ``load_trace``'s, for the lines that give no ``max_tokens``.
     """
     specs: list[RequestSpec] = []
     first_line: dict[str, int] = {} if lines is None else lines
     with catalog.open_text(source, label) as text:
         for lineno, where, record in catalog.json_lines(text, label, _plain_line):
-            spec = record if where is None else request_from_dict(record, where)
+            if where is None:  # a plain line: the four plain fields, no max_tokens
+                spec = record
+                given = False
+            else:
+                spec = request_from_dict(record, where)
+                given = isinstance(record, Mapping) and record.get("max_tokens") is not None
+            if default_max_tokens is not None and not given:
+                spec = with_context_max_tokens(spec, default_max_tokens)
             if spec.request_id in first_line:
                 where = where or f"{label}:{lineno}"
                 raise TraceError(
@@ -437,6 +449,18 @@ def _read_contract(
             if limit is not None and len(specs) >= limit:
                 break
     return specs
+
+
+def with_context_max_tokens(spec: RequestSpec, context_len: int) -> RequestSpec:
+    """``spec`` with vLLM's default limit for a request that sets none: the context left.
+
+    vLLM's OpenAI server gives a request without ``max_tokens`` ``max_model_len`` minus its
+    prompt (at least 1). A trace that records no client limit must not stand in its true output
+    length for it (the legacy rule): every policy sees ``max_tokens``, so that rule hands each
+    one the answer. The output is cut at the limit, as vLLM ends such a request by length.
+    """
+    limit = max(1, context_len - spec.prompt_len)
+    return dataclasses.replace(spec, max_tokens=limit, output_len=min(spec.output_len, limit))
 
 
 def _with_arrivals(
@@ -471,6 +495,7 @@ def load_trace(
     limit: int | None = None,
     arrival_times_s: Sequence[float] | None = None,
     seed: int = 0,
+    default_max_tokens: int | None = None,
 ) -> list[RequestSpec]:
     """Loads a trace file or a shipped trace by name, validated and sorted by arrival time.
 
@@ -488,6 +513,10 @@ def load_trace(
             ``limit``), e.g. Poisson arrivals for the token-count traces that have none.
         seed: Seed of the ids synthesised for multi-turn traces (generated tokens of parents,
             prompts given by length); see "Multi-turn conversations" in the module docstring.
+        default_max_tokens: The limit of requests whose line gives no ``max_tokens``: None
+            (legacy) uses the true output length, which every policy then reads; an int ``L``
+            uses vLLM's server default, ``L`` minus the prompt (``with_context_max_tokens``),
+            ``L`` being the served model's context length. Shipped traces record no limits.
 
     Returns:
         The requests sorted stably by ``arrival_time`` (ties keep file order), turns resolved.
@@ -504,6 +533,13 @@ def load_trace(
             f"load_trace: limit must be an int >= 1 or None, got {show(limit)} (limit is the "
             "number of requests to read: --num-requests on the command line)"
         )
+    if default_max_tokens is not None and (
+        not is_int(default_max_tokens) or not 2 <= default_max_tokens <= MAX_INT
+    ):
+        raise TraceError(
+            "load_trace: default_max_tokens must be None or a context length (an int in "
+            f"[2, {MAX_INT:,}]), got {show(default_max_tokens)}"
+        )
     if trace_format is not None and trace_format not in TRACE_FORMATS:
         raise TraceError(
             f"load_trace: trace_format must be one of {', '.join(TRACE_FORMATS)}, "
@@ -518,6 +554,8 @@ def load_trace(
                 f"trace_format={trace_format!r}; leave trace_format unset for a shipped name"
             )
         specs = list(_load_shipped(name, limit))
+        if default_max_tokens is not None:
+            specs = [with_context_max_tokens(s, default_max_tokens) for s in specs]
         label = info.file
     else:
         path = Path(name)
@@ -532,9 +570,11 @@ def load_trace(
         lines: dict[str, int] = {}
         with gc_paused():
             if (trace_format or "contract") == "contract":
-                specs = _read_contract(path, name, limit, lines)
+                specs = _read_contract(path, name, limit, lines, default_max_tokens)
             else:
                 specs = _read_file(trace_format, path, name, f"{path.name.split('.')[0]}-", limit)
+                if default_max_tokens is not None:  # raw formats record no limits
+                    specs = [with_context_max_tokens(s, default_max_tokens) for s in specs]
     if arrival_times_s is not None:
         specs = _with_arrivals(specs, arrival_times_s, label)
     if info is None and any(s.parent_request_id is not None for s in specs):

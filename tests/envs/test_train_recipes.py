@@ -98,6 +98,8 @@ def test_bad_configs_name_the_problem(tmp_path) -> None:
 def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     pytest.importorskip("sb3_contrib", reason="the recipes need the [rl] extra")
     from llmsched_gym.leaderboard.submission import load_submission
+    from llmsched_gym.leaderboard.suite import load_suite
+    from llmsched_gym.leaderboard.weights import scan_folder
 
     train = _train()
     cfg = train.load_config(ROOT / "configs" / f"{name}.yaml")
@@ -107,9 +109,12 @@ def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     assert all(w.split("/")[3] == "train" for w in record["train_workloads"])
     sub = load_submission(tmp_path / "seed0")
     assert sub.task == cfg["task"]
-    policy_py = (tmp_path / "seed0" / "policy.py").read_text()
-    assert ("WorkConservingAgent(" in policy_py) == cfg["work_conserving"]
-    assert f"python baselines/train.py baselines/configs/{name}.yaml --seeds 0" in policy_py
+    assert sub.policy == "model" and not (tmp_path / "seed0" / "policy.py").exists()
+    assert (sub.model["wrapper"] == "work-conserving") == cfg["work_conserving"]
+    assert f"recipe baselines/configs/{name}.yaml, seed 0" in sub.training
+    assert scan_folder(tmp_path / "seed0") == []  # nothing pickled: no --trust-pickle needed
+    agent = sub.policy_ref(load_suite().task(cfg["task"])).factory(task=cfg["task"])
+    assert agent.predict is not None
     assert (tmp_path / "seed0" / "learning_curve.png").stat().st_size > 0
     header = (tmp_path / "seed0" / "learning_curve.csv").read_text().splitlines()[0]
     assert header == "env,timesteps,return,vs_reference"
@@ -136,7 +141,7 @@ def test_resume_reads_finished_seeds_instead_of_retraining(tmp_path, capsys) -> 
     assert "read" in capsys.readouterr().err
     summary = (tmp_path / "summary.md").read_text()
     assert "maskable-ppo-select seed 0 | 1.140" in summary
-    assert not (tmp_path / "seed0" / "model.zip").exists()  # nothing was trained
+    assert not (tmp_path / "seed0" / "policy.pth").exists()  # nothing was trained
 
 
 def test_shaped_recipe_builds_its_envs_with_the_learners_gamma() -> None:
@@ -196,10 +201,11 @@ def test_restarts_keep_the_run_best_on_held_back_train_workloads(tmp_path) -> No
     assert not set(record["validation_workloads"]) & set(record["train_workloads"])
     best = record["chosen_restart"]
     assert runs[best]["validation_score"] == max(r["validation_score"] for r in runs)
-    chosen = (tmp_path / "seed3" / f"restart{best}" / "model.zip").read_bytes()
-    assert (tmp_path / "seed3" / "model.zip").read_bytes() == chosen
+    chosen = (tmp_path / "seed3" / f"restart{best}" / "policy.pth").read_bytes()
+    assert (tmp_path / "seed3" / "policy.pth").read_bytes() == chosen
     assert record["cpu_s"] >= sum(r["cpu_s"] for r in runs)
-    assert load_submission(tmp_path / "seed3").task == "Priority"
+    sub = load_submission(tmp_path / "seed3")
+    assert sub.task == "Priority" and sub.model["unbounded_scores"]
     with pytest.raises(ConfigError, match="restarts and validation_workloads must be positive"):
         bad = tmp_path / "bad.yaml"
         bad.write_text(

@@ -151,11 +151,8 @@ def test_committed_cem_submission_validates_on_the_quick_subset() -> None:
 def test_committed_ppo_submission_validates_on_the_quick_subset() -> None:
     pytest.importorskip("stable_baselines3", reason="the PPO submission needs the [rl] extra")
     folder = PRIORITY / "ppo"
-    assert (folder / "model.zip").stat().st_size < 1_000_000
-    # model.zip holds SB3's pickled entries: refused by default, trusted here (our own file).
-    problems = validate_submission(folder, quick=True)
-    assert any("unpickling" in p and "--trust-pickle" in p for p in problems), problems
-    assert validate_submission(folder, quick=True, trust_pickle=True) == []
+    assert (folder / "policy.pth").stat().st_size < 1_000_000
+    assert validate_submission(folder, quick=True) == []
 
 
 def test_select_suite_workloads_are_train_split_only(suite) -> None:
