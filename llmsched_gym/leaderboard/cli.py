@@ -382,12 +382,6 @@ def _common(p: argparse.ArgumentParser, workers: bool = True, suite: str = SUITE
             "of starting a local one",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bar")
-        p.add_argument(
-            "--trust-pickle",
-            action="store_true",
-            help="let a submission's sandboxed code unpickle (e.g. SB3's PPO.load of a "
-            "model.zip): a pickle runs code chosen by whoever wrote it; off by default",
-        )
 
 
 def _trust_pickle(p: argparse.ArgumentParser) -> None:
@@ -395,7 +389,8 @@ def _trust_pickle(p: argparse.ArgumentParser) -> None:
         "--trust-pickle",
         action="store_true",
         help="run a submission folder that holds pickled objects (an SB3 model.zip, .pkl, a "
-        ".pth that torch.load(weights_only=True) refuses): loading them runs the author's code",
+        ".pth that torch.load(weights_only=True) refuses) and let its sandboxed code unpickle: "
+        "a pickle runs code chosen by whoever wrote it; off by default",
     )
 
 

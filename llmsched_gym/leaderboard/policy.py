@@ -175,7 +175,7 @@ def _wrap(task: Any, agent: Any, name: str) -> Any:
 
     module, _, cls = TASK_ENVS[task.name].partition(":")
     env_class = getattr(importlib.import_module(module), cls)
-    return AgentPolicy(env_class, agent, top_k=agent.top_k, name=name)
+    return AgentPolicy(env_class, agent, top_k=getattr(agent, "top_k", _TOP_K), name=name)
 
 
 def _split_entry(spec: str) -> tuple[str, str]:
