@@ -333,8 +333,12 @@ def validation_ratios(
     reference = run_all(suite, [(name, w) for w in workloads], desc=name)
     out = {}
     for folder in folders:
+        # These folders are this project's trained SB3 agents (model.zip: pickled entries).
         rows = run_all(
-            suite, [(str(folder), w) for w in workloads], desc=f"validate {Path(folder).name}"
+            suite,
+            [(str(folder), w) for w in workloads],
+            desc=f"validate {Path(folder).name}",
+            trust_pickle=True,
         )
         bad = [r for r in rows if r["status"] != "ok"]
         if bad:
@@ -497,7 +501,10 @@ def evaluate_folder(cfg: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
     suite = load_suite(cfg["suite"])
     task = suite.task(cfg["task"])
     ws = eval_workloads(suite, cfg)
-    rows = run_all(suite, [(str(folder), w) for w in ws], desc=f"evaluate {folder.name}")
+    # The folder this script just trained: its model.zip (SB3, pickled entries) is its own.
+    rows = run_all(
+        suite, [(str(folder), w) for w in ws], desc=f"evaluate {folder.name}", trust_pickle=True
+    )
     ref = committed_rows(task, task.reference, {w.id for w in ws})
     scored = score_rows(rows, ref)
     write_results(scored, folder / "results.csv")

@@ -22,6 +22,10 @@ class PolicyError(LLMSchedError, RuntimeError):
     """A scheduling policy asked the engine for something its budgets or state forbid."""
 
 
+class SandboxError(LLMSchedError, RuntimeError):
+    """A submission's code, running in its sandbox, broke a limit, died or answered wrongly."""
+
+
 class CostModelError(LLMSchedError, ValueError):
     """A cost profile is unknown, malformed or cannot be evaluated."""
 

@@ -177,7 +177,8 @@ def test_lockstep_refuses_a_run_it_is_not_in():
         lookahead("Route", w)
 
 
-def test_harness_gives_the_workload_to_oracles_only(tmp_path):
+def test_harness_gives_the_workload_to_its_builtin_oracle_only(tmp_path):
+    from llmsched_gym.errors import SandboxError
     from llmsched_gym.leaderboard.policy import resolve_policy
     from llmsched_gym.leaderboard.suite import load_suite
 
@@ -186,11 +187,13 @@ def test_harness_gives_the_workload_to_oracles_only(tmp_path):
     (tmp_path / "peek.py").write_text(
         "from llmsched_gym.policies.registry import make_policy\n"
         "def make(task, workload):\n"
-        "    return make_policy('vllm-v1')  # saw the workload, does not say oracle\n"
+        "    return make_policy('vllm-v1')  # would see the judge's workload\n"
     )
     ref = resolve_policy(f"{tmp_path / 'peek.py'}:make", task)
     w = suite.workloads("test", tasks=["Preempt"], quick=True)[0]
-    with pytest.raises(ConfigError, match="takes the workload .* must say oracle = True"):
+    with pytest.raises(SandboxError, match="takes a workload; .* never sees the judge's workload"):
         ref.build(task, w.seed, w)
+    oracle = resolve_policy("lookahead-oracle", task)
+    assert oracle.build(task, w.seed, w).oracle is True
     with pytest.raises(ConfigError, match="runs only in the leaderboard harness"):
-        ref.build(task, w.seed)
+        oracle.build(task, w.seed)

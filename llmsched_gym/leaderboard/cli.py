@@ -160,7 +160,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     # Ray or not, the same rows in the same order.
     unique = list({(s, w.id): (s, w) for s, w in all_jobs}.values())
     rows = run_all(
-        suite, unique, workers=args.workers, address=args.address, progress=not args.quiet
+        suite,
+        unique,
+        workers=args.workers,
+        address=args.address,
+        progress=not args.quiet,
+        trust_pickle=args.trust_pickle,
     )
     by_job = {(s, w.id): r for (s, w), r in zip(unique, rows, strict=True)}
 
@@ -384,7 +389,8 @@ def _trust_pickle(p: argparse.ArgumentParser) -> None:
         "--trust-pickle",
         action="store_true",
         help="run a submission folder that holds pickled objects (an SB3 model.zip, .pkl, a "
-        ".pth that torch.load(weights_only=True) refuses): loading them runs the author's code",
+        ".pth that torch.load(weights_only=True) refuses) and let its sandboxed code unpickle: "
+        "a pickle runs code chosen by whoever wrote it; off by default",
     )
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -82,19 +81,12 @@ HEADROOM_COLUMNS = (
 """One row per (task, method): ``role`` is reference, agent, reference-kind or upper."""
 
 
-def _lookahead_factory(task: str, workload: Workload, horizon_s: float | None) -> Any:
-    from llmsched_gym.leaderboard.oracle import lookahead
-
-    return lookahead(task, workload, horizon_s=horizon_s)
-
-
 def lookahead_ref(horizon_s: float | None) -> Any:
     """The lookahead oracle as a ``PolicyRef`` the harness runs (``run_workload``)."""
     from llmsched_gym.leaderboard.policy import PolicyRef
 
     name = "lookahead:" + ("end" if horizon_s is None else f"{horizon_s:g}s")
-    factory = functools.partial(_lookahead_factory, horizon_s=horizon_s)
-    return PolicyRef(name, name, "entry", factory)
+    return PolicyRef(name, name, "oracle", horizon_s=horizon_s)
 
 
 def csp_size(workload: Workload) -> int:

@@ -5,19 +5,21 @@
 * a registered scheduler (``vllm-v1``, ``static-priority:shortest-prompt``, ``proserve`` ...) for
   the engine tasks, or a registered router (``least-load:backlog``) for Route;
 * ``random``: uniformly random actions in the task's action space (seeded per workload);
+* ``lookahead-oracle``: ``llmsched_gym.leaderboard.oracle.lookahead`` (its task's default base
+  policy, forks run to the episode's end), planning on the workload the harness runs: an oracle
+  reference, which only the project's own code may be, since it sees the judge's workload;
 * ``rule:<name>``: a built-in rule acting through the task's action on the observation
   (``llmsched_gym.leaderboard.agents.RULES``), wrapped as an entry point's agent is;
 * ``module:factory``: a Python entry point (``module`` importable, or a file path
   ``path/to/file.py:factory``) called as ``factory(task=TASK)`` (or with no argument when it
-  takes none) for every workload; it returns a ``SchedulingPolicy``, a cluster router (an
-  object with ``route``), or an agent (a callable observation -> action, or an object with SB3's
-  ``predict``), which the harness wraps as ``AgentPolicy`` / ``AgentRouter`` for the task's
-  environment. A factory that also takes ``workload`` is given the suite ``Workload`` it runs
-  (scenario and seed: every future arrival and output length), which only an oracle reference
-  may see: what it returns must say ``oracle = True`` (``llmsched_gym.leaderboard.oracle``);
+  takes none) for every workload, in its own sandboxed process
+  (``llmsched_gym.leaderboard.sandbox``); it returns an agent (a callable observation -> action,
+  or an object with SB3's ``predict``), which the harness wraps as ``AgentPolicy`` /
+  ``AgentRouter`` for the task's environment. A factory that takes ``workload`` or returns a
+  whole scheduler or router is refused;
 * a submission folder (``leaderboards/<task>/<method>/``) whose ``submission.yaml`` names the
   entry point, or says ``policy: model``: a learned agent the project builds from the folder's
-  ``model:`` field and weights (``llmsched_gym.leaderboard.weights``), running no folder code.
+  ``model:`` field and weights (``llmsched_gym.leaderboard.weights``), running no folder code (in the sandbox too).
 
 The harness owns engines and clusters; the policy only decides, through those interfaces. A
 policy that reads true output lengths must say so (``oracle = True``); the engine refuses an
@@ -26,13 +28,10 @@ unflagged one, and oracle rows are ranked apart.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib
 import importlib.util
-import inspect
-import sys
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,9 +39,13 @@ from typing import Any
 import numpy as np
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.sandbox import SandboxedAgent, SandboxLimits
 from llmsched_gym.leaderboard.weights import MODEL_POLICY
 
 __all__ = ["PolicyRef", "RandomAgent", "Submission", "load_submission", "resolve_policy"]
+
+ORACLES = ("lookahead-oracle",)
+"""Built-in oracle references: the project's code, given the workload the harness runs."""
 
 
 class RandomAgent:
@@ -84,10 +87,17 @@ class PolicyRef:
     name: str
     """The row's name on a leaderboard."""
     kind: str
-    """``scheduler``, ``router``, ``random`` or ``entry`` (a factory)."""
-    factory: Callable[..., Any] | None = None
+    """``scheduler``, ``router``, ``random``, ``oracle``, ``rule`` (the project's rule agents,
+    in-process), ``entry`` (a submission's code) or ``model`` (its weights), both sandboxed."""
+    entry: str | None = None
+    """``/absolute/path/file.py:factory`` or ``module:factory``, for ``entry``; the folder, for
+    ``model``."""
     folder: Path | None = None
     """The submission folder, when the reference is one."""
+    model: Mapping[str, Any] | None = None
+    """The checked ``model:`` spec, for ``model`` (weights the project's network loads)."""
+    horizon_s: float | None = None
+    """For ``oracle``: the lookahead's horizon in simulated seconds (None: to the end)."""
 
     @property
     def row_kind(self) -> str:
@@ -95,10 +105,21 @@ class PolicyRef:
         instance) or ``reference`` (a registered scheduler that replaces the engine's own)."""
         return "reference" if self.kind == "scheduler" else "agent"
 
-    def build(self, task: Any, seed: int, workload: Any = None) -> Any:
+    def build(
+        self,
+        task: Any,
+        seed: int,
+        workload: Any = None,
+        *,
+        limits: SandboxLimits | None = None,
+        trust_pickle: bool = False,
+        deadline_s: float | None = None,
+    ) -> Any:
         """A fresh policy or router for one workload of ``task`` (a suite ``Task``).
 
-        ``workload`` (the suite ``Workload``) goes to a factory that takes it (oracles only).
+        ``workload`` (the suite ``Workload``) goes to the built-in oracles only. An entry point
+        starts a sandbox (``SandboxedAgent``) under ``limits``, done by ``deadline_s``
+        (``time.monotonic()``); the caller stops it with ``sandbox.close_policy``.
         """
         if self.kind == "scheduler":
             from llmsched_gym.policies.registry import make_policy
@@ -114,110 +135,84 @@ class PolicyRef:
 
                 return make_router("random")
             return _wrap(task, RandomAgent(task.name, _TOP_K, seed), "random")
-        return _wrap(task, _call_factory(self.factory, task.name, self.spec, workload), self.name)
+        if self.kind == "oracle":
+            if workload is None:
+                raise ConfigError(
+                    f"policy {self.spec}: an oracle reference plans on the workload it is scored "
+                    "on; it runs only in the leaderboard harness, which passes that workload"
+                )
+            from llmsched_gym.leaderboard.oracle import lookahead
+
+            return lookahead(task.name, workload, horizon_s=self.horizon_s)
+        if self.kind == "rule":
+            from llmsched_gym.leaderboard.agents import RuleAgent
+
+            return _wrap(task, RuleAgent(self.spec.removeprefix("rule:"), task.name), self.name)
+        agent = SandboxedAgent(
+            self.entry,
+            task.name,
+            name=self.name,
+            limits=limits or SandboxLimits(),
+            trust_pickle=trust_pickle,
+            deadline_s=deadline_s,
+            model=self.model,
+        )
+        return _wrap(task, agent, self.name)
 
 
 _TOP_K = 16
-"""The environments' default ``top_k``, which entry-point agents are wrapped with."""
+"""The environments' default ``top_k``, which ``random`` acts with."""
 
 
-def _call_factory(factory: Callable[..., Any], task: str, spec: str, workload: Any = None) -> Any:
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        params = {}
-    kwargs: dict[str, Any] = {"task": task} if "task" in params else {}
-    sees_workload = "workload" in params
-    if sees_workload:
-        if workload is None:
-            raise ConfigError(
-                f"policy {spec}: the factory takes a workload; it runs only in the leaderboard "
-                "harness, which passes the workload it evaluates"
-            )
-        kwargs["workload"] = workload
-    try:
-        obj = factory(**kwargs)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(f"policy {spec}: the factory raised {type(exc).__name__}: {exc}") from exc
-    if sees_workload and getattr(obj, "oracle", False) is not True:
-        raise ConfigError(
-            f"policy {spec}: the factory takes the workload (future arrivals, true output "
-            "lengths), so what it returns is an oracle and must say oracle = True"
-        )
-    return obj
-
-
-def _wrap(task: Any, obj: Any, name: str) -> Any:
-    """A policy / router as is; an agent wrapped for the task's environment."""
-    from llmsched_gym.core.engine import SchedulingPolicy
-
+def _wrap(task: Any, agent: Any, name: str) -> Any:
+    """An agent wrapped for the task's environment: ``AgentRouter`` or ``AgentPolicy``."""
     if task.interface == "router":
-        if hasattr(obj, "route"):
-            return obj
-        if callable(obj) or hasattr(obj, "predict"):
-            from llmsched_gym.envs.adapters import AgentRouter
+        from llmsched_gym.envs.adapters import AgentRouter
 
-            return AgentRouter(obj, name=name)
-        raise ConfigError(
-            f"policy {name}: the Route task needs a router (an object with route) or an agent "
-            f"(callable or predict), got {type(obj).__name__}"
-        )
-    if isinstance(obj, SchedulingPolicy):
-        return obj
-    if callable(obj) or hasattr(obj, "predict"):
-        from llmsched_gym.envs.adapters import AgentPolicy
-        from llmsched_gym.leaderboard.suite import TASK_ENVS
+        return AgentRouter(agent, name=name)
+    from llmsched_gym.envs.adapters import AgentPolicy
+    from llmsched_gym.leaderboard.suite import TASK_ENVS
 
-        module, _, cls = TASK_ENVS[task.name].partition(":")
-        env_class = getattr(importlib.import_module(module), cls)
-        top_k = getattr(obj, "top_k", _TOP_K)
-        return AgentPolicy(env_class, obj, top_k=top_k, name=name)
-    raise ConfigError(
-        f"policy {name}: the {task.name} task needs a SchedulingPolicy or an agent (callable "
-        f"or predict), got {type(obj).__name__}"
-    )
+    module, _, cls = TASK_ENVS[task.name].partition(":")
+    env_class = getattr(importlib.import_module(module), cls)
+    return AgentPolicy(env_class, agent, top_k=getattr(agent, "top_k", _TOP_K), name=name)
 
 
-def _load_entry(spec: str, base: Path | None = None) -> Callable[..., Any]:
-    """The callable of ``module:attr`` or ``path/file.py:attr`` (relative to ``base``)."""
+def _split_entry(spec: str) -> tuple[str, str]:
     target, _, attr = spec.rpartition(":")
     if not target or not attr.isidentifier():
         raise ConfigError(f"entry point {spec!r} must look like 'package.module:factory'")
+    return target, attr
+
+
+def _command_line_entry(spec: str) -> str:
+    """``spec`` checked without running it: a file that exists (made absolute) or a module found.
+
+    Only the top-level package is looked up (finding a submodule would import its package).
+    """
+    target, attr = _split_entry(spec)
     if target.endswith(".py"):
-        path = Path(target) if base is None else base / target
+        path = Path(target)
         if not path.is_file():
             raise ConfigError(f"entry point {spec!r}: no file {path}")
-        # Imported once per process, as import_module does: every workload's resolution (and
-        # each Ray task on the same worker) reuses the module instead of executing it again.
-        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
-        mod_name = f"_llmsched_submission_{digest}"
-        module = sys.modules.get(mod_name)
-        if module is None:
-            module_spec = importlib.util.spec_from_file_location(mod_name, path)
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[mod_name] = module
-            try:
-                module_spec.loader.exec_module(module)
-            except Exception as exc:
-                del sys.modules[mod_name]
-                raise ConfigError(
-                    f"entry point {spec!r}: importing {path} raised {type(exc).__name__}: {exc}"
-                ) from exc
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as exc:
-            raise ConfigError(f"entry point {spec!r}: cannot import {target!r}: {exc}") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ConfigError(f"entry point {spec!r}: {target} has no callable {attr!r}")
-    return factory
+        return f"{path.resolve()}:{attr}"
+    top = target.partition(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(
+            f"entry point {spec!r}: cannot import {target!r}: no module named {top!r}"
+        )
+    return spec
 
 
 def resolve_policy(spec: str, task: Any) -> PolicyRef:
-    """Resolve ``spec`` for ``task`` (a suite ``Task``): registered name, entry point or folder."""
+    """Resolve ``spec`` for ``task`` (a suite ``Task``): registered name, entry point or folder.
+
+    Nothing of the policy's own code runs here: entry points are checked for existence only.
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"policy must be a name, module:factory or folder, got {spec!r}")
     path = Path(spec)
@@ -230,24 +225,56 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
         return sub.policy_ref(task)
     if spec == "random":
         return PolicyRef(spec, "random", "random")
+    if spec in ORACLES:
+        return PolicyRef(spec, spec, "oracle")
     if spec.startswith("rule:"):
         from llmsched_gym.leaderboard.agents import RuleAgent
 
-        rule = spec.removeprefix("rule:")
-        RuleAgent(rule, task.name)  # the error names the rules that fit the task
-        return PolicyRef(spec, spec, "entry", functools.partial(RuleAgent, rule))
+        RuleAgent(spec.removeprefix("rule:"), task.name)  # the error names the rules that fit
+        return PolicyRef(spec, spec, "rule")
     from llmsched_gym.cluster.routers import registered_policies
 
     known, what = registered_policies(task.interface == "router")
     if spec in known:
         return PolicyRef(spec, spec, what)
     if ":" in spec:
-        return PolicyRef(spec, spec.rpartition(":")[2], "entry", _load_entry(spec))
+        return PolicyRef(spec, spec.rpartition(":")[2], "entry", _command_line_entry(spec))
     raise ConfigError(
         f"unknown policy {spec!r} for task {task.name}: not a registered {what} (see "
-        f"'llmsched-gym list {what}s'), 'random', a rule:<name>, a module:factory entry point, "
-        "or a submission folder"
+        f"'llmsched-gym list {what}s'), 'random', a rule:<name>, {', '.join(map(repr, ORACLES))}, "
+        "a module:factory entry point, or a submission folder"
     )
+
+
+def _folder_entry(folder: Path, spec: str) -> str:
+    """A submission's ``file.py:factory``, as an absolute path that stays inside ``folder``.
+
+    Refused, before anything runs: an absolute path, a ``..`` component, a path whose resolved
+    form leaves the folder, and any symbolic link in the folder pointing outside it.
+    """
+    where = f"{folder / 'submission.yaml'}: field 'policy'"
+    target, attr = _split_entry(spec)
+    rel = Path(target)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ConfigError(
+            f"{where}: {target!r} must be a file inside the submission folder, named relative to "
+            "it without '..' (e.g. policy.py:make)"
+        )
+    root = folder.resolve()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            link = Path(dirpath, name)
+            if link.is_symlink() and not link.resolve().is_relative_to(root):
+                raise ConfigError(
+                    f"{folder}: {link.relative_to(folder)} is a symbolic link to "
+                    f"{os.readlink(link)}, outside the submission folder; copy the file in instead"
+                )
+    path = (folder / rel).resolve()
+    if not path.is_relative_to(root):
+        raise ConfigError(f"{where}: {target!r} resolves to {path}, outside the folder {root}")
+    if not path.is_file():
+        raise ConfigError(f"{where}: no file {folder / rel}")
+    return f"{path}:{attr}"
 
 
 SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "model", "kind", "oracle", "paper", "training")
@@ -279,19 +306,18 @@ class Submission:
         return self.folder / "results.csv"
 
     def policy_ref(self, task: Any) -> PolicyRef:
-        """The policy this submission evaluates (a file entry point relative to the folder)."""
+        """The policy this submission evaluates (a file entry point inside the folder)."""
         import dataclasses
-        import functools
 
         if self.model is not None:
-            from llmsched_gym.leaderboard.weights import build_agent
-
-            factory = functools.partial(build_agent, self.folder, self.model)
-            return PolicyRef(str(self.folder), self.method, "entry", factory, self.folder)
+            return PolicyRef(
+                str(self.folder), self.method, "model", str(self.folder.resolve()), self.folder,
+                model=self.model,
+            )
         target = self.policy.rpartition(":")[0]
         if target.endswith(".py"):
-            factory = _load_entry(self.policy, base=self.folder)
-            return PolicyRef(str(self.folder), self.method, "entry", factory, self.folder)
+            entry = _folder_entry(self.folder, self.policy)
+            return PolicyRef(str(self.folder), self.method, "entry", entry, self.folder)
         inner = resolve_policy(self.policy, task)
         return dataclasses.replace(inner, name=self.method, folder=self.folder)
 

@@ -5,6 +5,11 @@ standard metrics beside them, and the status (``ok`` or ``failed`` with the erro
 deterministic except ``wall_s``: the engine is, so re-running a deterministic policy reproduces
 every other column bit for bit, serially or on Ray (``llmsched-gym leaderboard validate``).
 
+A submission's code (an entry point) runs in its own sandboxed process for each workload
+(``llmsched_gym.leaderboard.sandbox``); the suite's limits apply to it, the per-workload wall
+limit counting from the start of building the policy. ``trust_pickle`` lets that process
+unpickle (SB3's ``PPO.load`` of a ``model.zip``); it is off by default.
+
 Ray: one task per (policy, workload); ``workers`` > 1 starts a local Ray with that many CPUs,
 ``address`` joins a running cluster (``ray start --head`` on one machine, ``ray start
 --address=HEAD:6379`` on the others). A worker that dies is retried once; a second death, like
@@ -22,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.sandbox import SandboxLimits, close_policy
 from llmsched_gym.leaderboard.suite import Suite, Workload
 
 __all__ = ["RESULT_COLUMNS", "VALIDATED_COLUMNS", "run_all", "run_workload", "simulate_workload"]
@@ -81,7 +87,9 @@ def _deadline(seconds: float) -> Iterator[None]:
         return
 
     def fire(signum: int, frame: Any) -> None:
-        raise WorkloadTimeout(f"ran past the suite's limit of {seconds:g} s per workload")
+        raise WorkloadTimeout(
+            f"ran past the suite's limit of {seconds:g} s per workload (per_workload_s)"
+        )
 
     old = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -146,11 +154,16 @@ def hidden_truth_reads(policy_factory: Any, workload: Workload, task: Any, resul
     from llmsched_gym.scenarios.spec import load_scenario
 
     blinded = load_scenario(workload.base, {**workload.overrides, **blind})
+    from llmsched_gym.leaderboard.sandbox import close_policy
+
     policy = policy_factory()
-    if task.interface == "router":
-        again = blinded.simulate(router=policy, seed=workload.seed)
-    else:
-        again = blinded.simulate(policy, seed=workload.seed)
+    try:
+        if task.interface == "router":
+            again = blinded.simulate(router=policy, seed=workload.seed)
+        else:
+            again = blinded.simulate(policy, seed=workload.seed)
+    finally:
+        close_policy(policy)
     if again.summary.get(workload.metric) != result.summary.get(workload.metric):
         return (
             "its schedule changes when max_tokens stops carrying the true output length "
@@ -170,13 +183,18 @@ def simulate_workload(task: Any, policy: Any, workload: Workload) -> Any:
     return scenario.simulate(policy, seed=workload.seed)
 
 
-def run_workload(suite: Suite, policy_spec: Any, workload: Workload) -> dict[str, Any]:
+def run_workload(
+    suite: Suite, policy_spec: Any, workload: Workload, trust_pickle: bool = False
+) -> dict[str, Any]:
     """Run ``policy_spec`` on one workload; a failure becomes a ``failed`` row, never an exception.
 
     ``policy_spec``: what ``resolve_policy`` takes, or a ``PolicyRef`` already resolved (an
     upper reference the headroom table builds, such as the lookahead oracle with its horizon).
 
-    The policy is built fresh for the workload (seeded by it), so runs are independent.
+    The policy is built fresh for the workload (seeded by it), so runs are independent; a
+    sandboxed one is stopped when the workload ends. ``trust_pickle`` is a plain argument so that
+    Ray ships it with the task. The row is an oracle's when the policy says so or the harness
+    saw it read hidden truth (``hidden_truth_reads``).
     """
     from llmsched_gym.leaderboard.policy import PolicyRef, resolve_policy
 
@@ -186,20 +204,31 @@ def run_workload(suite: Suite, policy_spec: Any, workload: Workload) -> dict[str
     row["kind"] = ref.row_kind
     row["tail_metric"] = task.tail_metric
     t0 = time.perf_counter()
+    policy = None
     try:
         from llmsched_gym.core.hidden import watching
 
-        policy = ref.build(task, workload.seed, workload)
-        declared = bool(getattr(policy, "oracle", False))
+        deadline = time.monotonic() + suite.workload_limit_s
+
+        def build() -> Any:
+            return ref.build(
+                task,
+                workload.seed,
+                workload,
+                limits=SandboxLimits.of(suite),
+                trust_pickle=trust_pickle,
+                deadline_s=deadline,
+            )
+
         with _deadline(suite.workload_limit_s):
+            policy = build()
+            declared = bool(getattr(policy, "oracle", False))
             with watching() as reads:
                 result = simulate_workload(task, policy, workload)
             wall = time.perf_counter() - t0
             why = ", ".join(f"{what} ({n} reads)" for what, n in sorted(reads.items()))
             if not why and not declared:
-                why = hidden_truth_reads(
-                    lambda: ref.build(task, workload.seed, workload), workload, task, result
-                )
+                why = hidden_truth_reads(build, workload, task, result)
         row["oracle"] = declared or bool(why)
         row["oracle_reason"] = why or ("declared" if declared else "")
         summary = result.summary
@@ -225,6 +254,8 @@ def run_workload(suite: Suite, policy_spec: Any, workload: Workload) -> dict[str
             row[key] = float(summary[key])
     except Exception as exc:  # noqa: BLE001 - every failure is reported in the row
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:500])
+    finally:
+        close_policy(policy)
     row["wall_s"] = round(time.perf_counter() - t0, 3)
     return row
 
@@ -248,10 +279,12 @@ def run_all(
     address: str | None = None,
     progress: bool = True,
     desc: str = "evaluate",
+    trust_pickle: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows of every (policy spec, workload) job, in the order given.
 
     ``workers`` 1 without ``address``: in this process. Otherwise one Ray task per job.
+    ``trust_pickle``: as ``run_workload``'s.
     """
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
@@ -262,16 +295,21 @@ def run_all(
         if workers == 1 and address is None:
             rows = []
             for spec, w in jobs:
-                rows.append(run_workload(suite, spec, w))
+                rows.append(run_workload(suite, spec, w, trust_pickle))
                 bar.update()
             return rows
-        return _run_ray(suite, jobs, workers, address, bar)
+        return _run_ray(suite, jobs, workers, address, bar, trust_pickle)
     finally:
         bar.close()
 
 
 def _run_ray(
-    suite: Suite, jobs: Sequence[tuple[str, Workload]], workers: int, address: str | None, bar: Any
+    suite: Suite,
+    jobs: Sequence[tuple[str, Workload]],
+    workers: int,
+    address: str | None,
+    bar: Any,
+    trust_pickle: bool,
 ) -> list[dict[str, Any]]:
     ray = _check_ray(workers, address)
     started = False
@@ -289,7 +327,7 @@ def _run_ray(
         order = sorted(
             range(len(jobs)), key=lambda i: suite.task(jobs[i][1].task).interface != "router"
         )
-        pending = {remote.remote(suite_ref, *jobs[i]): i for i in order}
+        pending = {remote.remote(suite_ref, *jobs[i], trust_pickle): i for i in order}
         rows: list[dict[str, Any] | None] = [None] * len(jobs)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

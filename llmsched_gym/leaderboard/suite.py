@@ -251,6 +251,13 @@ class Suite:
     tie_threshold: float
     """A task whose best baseline beats the reference by less than this fraction is flagged."""
     source: str = "<dict>"
+    memory_mb: int = 4096
+    """Address space of a submission's sandboxed process, in MiB (RLIMIT_AS): room for torch and
+    SB3 with a small model, not for a policy that hoards memory."""
+    startup_s: float = 120.0
+    """Wall seconds a submission's process has to import its code and build its agent."""
+    per_action_s: float = 10.0
+    """Wall seconds a submission's agent has to answer one observation."""
     superseded: str | None = None
     """Why and by what a frozen older version is superseded (None: current)."""
 
@@ -500,6 +507,7 @@ def _parse_task(
     )
 
 
+_LIMITS = ("per_step_s", "per_workload_s", "memory_mb", "startup_s", "per_action_s")
 def _positive_number(data: Mapping, key: str, default: float, where: str) -> float:
     """A finite number > 0 (not a bool or a string), or an error naming the field and value."""
     value = data.get(key, default)
@@ -550,9 +558,14 @@ def parse_suite(data: Any, source: str = "<dict>", *, require_capacity: bool = T
         source,
     )
     version = _req(data, "suite", source, (str,))
-    limits = _only(data.get("limits") or {}, ("per_step_s", "per_workload_s"), f"{source}.limits")
+    limits = _only(data.get("limits") or {}, _LIMITS, f"{source}.limits")
     per_step = _positive_number(limits, "per_step_s", 0.05, f"{source}.limits")
     per_workload = _positive_number(limits, "per_workload_s", 600.0, f"{source}.limits")
+    startup = _positive_number(limits, "startup_s", Suite.startup_s, f"{source}.limits")
+    per_action = _positive_number(limits, "per_action_s", Suite.per_action_s, f"{source}.limits")
+    memory = limits.get("memory_mb", Suite.memory_mb)
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 256:
+        raise ConfigError(f"{source}.limits.memory_mb must be an int >= 256 (MiB), got {memory!r}")
     tie = data.get("tie_threshold", 0.01)
     if isinstance(tie, bool) or not isinstance(tie, (int, float)) or not 0 <= tie < 1:
         raise ConfigError(f"{source}.tie_threshold must be a fraction in [0, 1), got {tie!r}")
@@ -573,6 +586,9 @@ def parse_suite(data: Any, source: str = "<dict>", *, require_capacity: bool = T
         workload_limit_s=per_workload,
         tie_threshold=float(tie),
         source=source,
+        memory_mb=memory,
+        startup_s=startup,
+        per_action_s=per_action,
         superseded=None if superseded is None else " ".join(superseded.split()),
     )
 

@@ -115,6 +115,7 @@ def validate_submission(
         address=address,
         progress=progress,
         desc=f"validate {sub.method}",
+        trust_pickle=trust_pickle,
     )
     mine = fresh[: len(workloads)]
     for (_, w), row in zip(jobs[len(workloads) :], fresh[len(workloads) :], strict=True):

@@ -157,7 +157,7 @@ def test_each_rule_acts_deterministically_and_differs_from_the_reference(tiny, t
 
 def test_resolve_policy_wraps_a_rule_as_an_agent(tiny):
     ref = resolve_policy("rule:shortest-prompt", tiny.task("Priority"))
-    assert ref.name == "rule:shortest-prompt" and ref.kind == "entry"
+    assert ref.name == "rule:shortest-prompt" and ref.kind == "rule"
     policy = ref.build(tiny.task("Priority"), seed=0)
     assert type(policy).__name__ == "AgentPolicy" and not policy.oracle
     with pytest.raises(ConfigError, match="no BatchType form"):

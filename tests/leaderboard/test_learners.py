@@ -108,21 +108,39 @@ def test_cem_suite_mode_end_to_end(tmp_path, cem) -> None:
     sub = load_submission(folder)
     assert sub.task == "Priority" and sub.policy == "policy.py:make" and not sub.oracle
     assert "train workloads" in sub.training
-    agent = sub.policy_ref(load_suite().task("Priority")).factory(task="Priority")
-    assert isinstance(agent, LinearRowScorer)
-    assert agent.as_dict() == pytest.approx(result["weights"])
+    assert LinearRowScorer.load(folder / "weights.json").as_dict() == pytest.approx(
+        result["weights"]
+    )
+    _same_actions_as(folder, LinearRowScorer.load(folder / "weights.json"))
+
+
+def _same_actions_as(folder: Path, scorer: LinearRowScorer, task: str = "Priority") -> None:
+    """The submission's agent, run in its sandbox, answers as ``scorer`` does in this process."""
+    from llmsched_gym.leaderboard.sandbox import SandboxedAgent, SandboxLimits
+
+    sub = load_submission(folder)
+    ref = sub.policy_ref(load_suite().task("Priority"))
+    agent = SandboxedAgent(ref.entry, task, name=sub.method, limits=SandboxLimits())
+    try:
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            obs = {"requests": rng.normal(size=(16, len(scorer.as_dict()))).astype(np.float32)}
+            action, _ = agent.predict(obs)
+            assert action.dtype == np.float32 and np.array_equal(action, scorer(obs))
+    finally:
+        agent.close()
 
 
 def test_committed_cem_submission_loads_its_weights(suite) -> None:
+    from llmsched_gym.errors import SandboxError
+    from llmsched_gym.leaderboard.sandbox import SandboxedAgent, SandboxLimits
+
     folder = PRIORITY / "cem-linear"
-    ref = resolve_policy(str(folder), suite.task("Priority"))
-    agent = ref.factory(task="Priority")
     saved = json.loads((folder / "weights.json").read_text())
-    assert agent.as_dict() == saved["weights"]
-    obs = {"requests": np.zeros((16, len(saved["weights"])), dtype=np.float32)}
-    assert agent(obs).shape == (16,)
-    with pytest.raises(ValueError, match="Priority"):
-        ref.factory(task="Select")
+    _same_actions_as(folder, LinearRowScorer.from_dict(saved["weights"]))
+    ref = resolve_policy(str(folder), suite.task("Priority"))
+    with pytest.raises(SandboxError, match="factory raised ValueError.*Priority"):
+        SandboxedAgent(ref.entry, "Select", name="cem-linear", limits=SandboxLimits())
 
 
 def test_committed_cem_submission_validates_on_the_quick_subset() -> None:
