@@ -20,7 +20,7 @@ The trained scorer is a plain callable, so it also runs as a scheduling policy::
     from llmsched_gym.envs import AgentPolicy, PriorityEnv
     policy = AgentPolicy(PriorityEnv, LinearRowScorer(weights))
 
-**Suite mode** (``--suite llmsched-v1``) trains for the benchmark's leaderboard on the suite's
+**Suite mode** (``--suite llmsched-v2``) trains for the benchmark's leaderboard on the suite's
 train workloads only (``Suite.train_workloads("Priority")``) and writes a submission folder
 (``--submission``, default ``leaderboards/priority/cem-linear``). The training workloads are
 those of the ``chat-knee`` and ``chat-overload`` scenarios (load 1.0 and 2.5 of the measured
@@ -36,7 +36,7 @@ leaderboard's own score on its batch: the mean over workloads of
 vllm-v1's latency run once per workload. The search runs ``--iterations`` iterations (default
 16)::
 
-    python baselines/cem_priority.py --suite llmsched-v1
+    python baselines/cem_priority.py --suite llmsched-v2
     llmsched-gym leaderboard evaluate leaderboards/priority/cem-linear --task Priority --update
 """
 
@@ -236,7 +236,7 @@ def train_on_suite(args: Any, argv: list[str] | None) -> dict[str, Any]:
 POLICY_PY = '''"""The cem-linear submission: a linear row scorer learned by noisy cross-entropy.
 
 ``make`` loads ``weights.json`` next to this file, written by
-``python baselines/cem_priority.py --suite llmsched-v1`` (Szita & Lőrincz, 2006, "Learning Tetris
+``python baselines/cem_priority.py --suite llmsched-v2`` (Szita & Lőrincz, 2006, "Learning Tetris
 using the noisy cross-entropy method", Neural Computation 18(12)). The scorer is a plain numpy
 callable, observation -> action, which the harness wraps as ``AgentPolicy(PriorityEnv, agent)``.
 """

@@ -7,7 +7,7 @@ workload seeds against vllm-v1 and a random agent.
 
     python baselines/maskable_ppo_select.py --timesteps 20000 --out baselines/results/mppo.json
 
-**Suite mode** (``--suite llmsched-v1``) trains for the benchmark's leaderboard on the suite's
+**Suite mode** (``--suite llmsched-v2``) trains for the benchmark's leaderboard on the suite's
 Select train workloads only and writes a submission folder (``--submission``, default
 ``leaderboards/select/maskable-ppo``) with ``policy.pth`` (the weights: two hidden layers of
 ``--hidden`` units for the actor and the critic), ``submission.yaml`` and ``train.json``
@@ -19,7 +19,7 @@ fixed cycle (train seed 0 of each of the four groups, then seed 1, ...); every w
 checked to be of the train split, so no test workload (seeds 1000+, the second half hour of
 the Azure trace, the arxiv trace) is ever run::
 
-    python baselines/maskable_ppo_select.py --suite llmsched-v1 --timesteps 200000
+    python baselines/maskable_ppo_select.py --suite llmsched-v2 --timesteps 200000
     llmsched-gym leaderboard evaluate leaderboards/select/maskable-ppo --task Select --update
 
 No Select submission is committed: at 200,000 steps the deterministic policy closes every batch

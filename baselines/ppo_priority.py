@@ -8,7 +8,7 @@ Evaluated on five held-out workload seeds against vllm-v1 and a random agent.
 
     python baselines/ppo_priority.py --timesteps 20000 --out baselines/results/ppo_priority.json
 
-**Suite mode** (``--suite llmsched-v1``) trains for the benchmark's leaderboard on the suite's
+**Suite mode** (``--suite llmsched-v2``) trains for the benchmark's leaderboard on the suite's
 Priority train workloads only and writes a submission folder (``--submission``, default
 ``leaderboards/priority/ppo``): ``policy.pth`` (the weights of a small ``MultiInputPolicy``,
 two hidden layers of ``--hidden`` units for the actor and the critic), ``submission.yaml``
@@ -21,7 +21,7 @@ environment ``i`` takes every second one from the ``i``-th);
 every workload is checked to be of the train split, so no test workload (seeds 1000+, the
 second half hour of the Azure trace, the azure-code and arxiv traces) is ever run::
 
-    python baselines/ppo_priority.py --suite llmsched-v1 --timesteps 100000
+    python baselines/ppo_priority.py --suite llmsched-v2 --timesteps 100000
     llmsched-gym leaderboard evaluate leaderboards/priority/ppo --task Priority --update
 """
 

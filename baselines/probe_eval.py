@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     ap.add_argument("--sources", required=True, help="comma-separated sources, e.g. sharegpt")
     ap.add_argument("--skip", type=int, default=40, help="train workloads to skip (default 40)")
     ap.add_argument("--count", type=int, default=6, help="workloads to score (default 6)")
-    ap.add_argument("--suite", default="llmsched-v1")
+    ap.add_argument("--suite", default="llmsched-v2")
     args = ap.parse_args(argv)
     if args.skip < 0 or args.count < 1:
         ap.error("--skip must be >= 0 and --count >= 1")

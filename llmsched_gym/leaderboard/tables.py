@@ -208,11 +208,12 @@ def plot_scores(
                 for r in rows
             ]
         )
-        ax.set_title(f"{name}: {task.metric}, score vs {task.reference} (higher is better)")
+        ax.set_title(f"{name}: {task.metric} vs {task.reference} (higher is better)", fontsize=10)
         ax.set_xlabel(f"{task.reference} {task.metric} / method's (geometric mean, 95% CI)")
     fig.suptitle(
-        f"{suite.version} leaderboards (held-out test workloads; blue: agents, orange: whole "
-        "schedulers, gray: oracles)"
+        f"{suite.version} leaderboards (held-out test workloads)\n"
+        "blue: agents, orange: whole schedulers (reference kind), gray: oracles",
+        fontsize=10,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)

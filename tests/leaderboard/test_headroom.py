@@ -237,11 +237,14 @@ def test_headroom_is_the_best_upper_reference_minus_one(tmp_path):
     assert (s["best_reference_kind"], s["best_reference_kind_score"]) == ("sarathi", 0.98)
     assert s["best_upper"] == "static-priority:shortest-output"
     assert s["headroom"] == pytest.approx(0.20)
+    assert s["decision_headroom"] == pytest.approx(0.05)  # the agent beats the lookahead here
+    rows[5] = _row("Preempt", "lookahead:end", "upper", 1.08, "reference")
+    assert headroom_summary(rows)[0]["decision_headroom"] == pytest.approx(0.08)
     paths = write_headroom(rows, tmp_path, "headroom")
     back = read_headroom(paths[0])
     assert headroom_summary(back)[0]["headroom"] == pytest.approx(0.20)
     text = paths[1].read_text()
-    assert "### Headroom per task (s-v1)" in text and "| +20.0% |" in text
+    assert "### Headroom per task (s-v1)" in text and "| +20.0% | +8.0% |" in text
     assert "#### Preempt: every method" in text and "failed on 1" in text
     assert headroom_markdown(back, "s-v1") == text
     section = task_headroom(back, "s-v1", "Preempt")  # what 'show' adds to the task's README
