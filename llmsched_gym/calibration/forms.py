@@ -95,6 +95,10 @@ def _stump_inputs(bs: BatchSet) -> np.ndarray:
     return np.stack([*(f[k] for k in keys), t["longest_context"]], axis=1).astype(np.float64)
 
 
+GAIN_TIE = 1e-9
+"""Relative margin by which a stump split's gain must beat the best so far to replace it."""
+
+
 def _fit_stumps(x: np.ndarray, r: np.ndarray) -> list[tuple[int, float, float, float]]:
     """Boosted depth-1 trees on ``r`` (log of measured / linear), each non-decreasing.
 
@@ -116,7 +120,10 @@ def _fit_stumps(x: np.ndarray, r: np.ndarray) -> list[tuple[int, float, float, f
                 if right < left:
                     continue
                 gain = i * left**2 + (n - i) * right**2
-                if best is None or gain > best[0]:
+                # Near-ties (within GAIN_TIE, relative) keep the first split found: the
+                # residuals differ in their last bits between BLAS kernels (the linear fit
+                # before them), and a plain argmax turned that into a different stump.
+                if best is None or gain > best[0] * (1.0 + GAIN_TIE):
                     best = (gain, j, (xs[i] + xs[i - 1]) / 2.0, left, right)
         if best is None:
             break
