@@ -306,11 +306,17 @@ def show_leaderboards(
     from llmsched_gym.leaderboard.tables import leaderboard_rows, markdown_table, plot_scores
 
     tasks = task_filter.split(",") if task_filter else None
-    subs = collect_submissions(root, tasks)
+    subs = {
+        task: kept
+        for task, found in collect_submissions(root, tasks).items()
+        if (kept := [s for s in found if s.suite == suite.version])
+    }
     committed = root / "headroom.csv"  # 'leaderboard headroom --update'
     headroom = read_headroom(committed) if committed.is_file() else []
     if not subs:
-        raise ConfigError(f"no submissions under {root}")
+        raise ConfigError(f"no submissions of suite {suite.version} under {root}")
+    if suite.superseded:
+        print(f"SUPERSEDED {suite.superseded}\n")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     boards, texts = {}, []

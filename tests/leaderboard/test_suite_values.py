@@ -103,3 +103,24 @@ def test_every_scored_task_has_the_headroom_its_decision_claims() -> None:
             assert summary[name]["decision_headroom"] >= MIN_HEADROOM, name
         else:
             assert task.unscored_reason and summary[name]["decision_headroom"] < MIN_HEADROOM, name
+
+
+def test_rows_failing_for_an_input_error_make_evaluate_exit_nonzero(tmp_path, capsys) -> None:
+    """A trace that is not there fails every row (TraceError): evaluate says so and exits 2."""
+    from llmsched_gym.cli.main import main
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text(
+        "suite: s-1\nsources:\n  gone:\n    overrides: {workload.trace: "
+        f"{tmp_path / 'missing.jsonl'}, workload.arrival: poisson, workload.num_requests: 20}}\n"
+        "    test: {seeds: [1000]}\n"
+        "tasks:\n  Priority:\n    decision: order\n    metric: e2e_s_mean\n"
+        "    reference: vllm-v1\n    baselines: [vllm-v1]\n    scenarios:\n"
+        "      - {id: a, base: chat-sharegpt-overload-v0, level: knee, load: 1.0,\n"
+        "         sources: [gone], capacity: {gone: 1.0}}\n"
+    )
+    argv = ["leaderboard", "evaluate", "random", "--task", "Priority", "--suite-file", str(suite),
+            "--out", str(tmp_path / "out"), "--quiet"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "failed for an input error" in err and "missing.jsonl" in err
