@@ -13,16 +13,20 @@ workload seed (``scenario.seed + seed``, ``LLMSchedEnv.reset``) is the workload'
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.leaderboard.suite import TASK_ENVS, Suite, Workload
+from llmsched_gym.leaderboard.spaces import (  # re-exported: learners import them from here
+    SCORE_BOUND,
+    env_class,
+    task_spaces,
+    unbounded_scores_space,
+)
+from llmsched_gym.leaderboard.suite import Suite, Workload
 
 __all__ = [
     "TrainWorkloadEnv",
@@ -30,6 +34,7 @@ __all__ = [
     "baseline_curve",
     "check_train",
     "env_class",
+    "SCORE_BOUND",
     "reset_seed",
     "task_spaces",
 ]
@@ -45,51 +50,10 @@ def check_train(workload: Workload) -> Workload:
     return workload
 
 
-def env_class(task: str) -> type:
-    """The environment class of a suite task (``TASK_ENVS``)."""
-    module, _, name = TASK_ENVS[task].partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def reset_seed(workload: Workload, scenario: Any) -> int:
     """The ``reset(seed=...)`` that makes the environment run ``workload``'s own seed."""
     return workload.seed - scenario.seed
 
-
-SCORE_BOUND = 1e6
-"""The bound of ``TrainWorkloadEnv(unbounded_scores=True)``'s scores: far beyond any score a
-row-scoring network produces, so nothing is clipped in practice."""
-
-
-def _unbounded_scores(task: str, space: Any) -> gym.spaces.Box:
-    """Priority's scores declared as ``Box(-SCORE_BOUND, SCORE_BOUND)`` (``unbounded_scores``)."""
-    if task != "Priority":
-        raise ConfigError(f"unbounded_scores is for Priority's scores, not task {task}")
-    return gym.spaces.Box(-SCORE_BOUND, SCORE_BOUND, space.shape, np.float32)
-
-
-def task_spaces(
-    task: str,
-    *,
-    top_k: int | None = None,
-    instances: int | None = None,
-    unbounded_scores: bool = False,
-) -> tuple[Any, Any]:
-    """``(observation_space, action_space)`` of a suite task's environment, without a scenario.
-
-    Engine tasks take ``top_k`` (the rows an agent sees, as ``AgentPolicy`` is built with);
-    Route takes ``instances`` (its cluster's size). ``unbounded_scores``: as ``TrainWorkloadEnv``.
-    """
-    cls = env_class(task)
-    if getattr(cls, "cluster_task", False):
-        from llmsched_gym.envs.route_v0 import route_observation_space
-
-        obs, act = route_observation_space(instances, False), gym.spaces.Discrete(instances)
-    else:  # the spaces depend on top_k only: an unbuilt shell makes them, as AgentPolicy's does
-        shell = cls.__new__(cls)
-        shell.top_k, shell.oracle = top_k, False
-        obs, act = shell._make_observation_space(), shell._make_action_space()
-    return obs, (_unbounded_scores(task, act) if unbounded_scores else act)
 
 _CHANGES_WORKLOAD = ("max_requests", "max_sim_time_s", "scenario_overrides", "reward")
 
@@ -272,7 +236,7 @@ class TrainWorkloadEnv(gym.Env):
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
         if unbounded_scores:
-            self.action_space = _unbounded_scores(self._task.name, self.action_space)
+            self.action_space = unbounded_scores_space(self._task.name, self.action_space)
         self.seen: list[Workload] = []
         """The workloads of the episodes started so far, in order."""
 

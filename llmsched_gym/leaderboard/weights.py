@@ -286,7 +286,7 @@ def build_policy(spec: Mapping[str, Any], task: str) -> Any:
     _import_rl(spec["library"])
     from torch import nn
 
-    from llmsched_gym.leaderboard.training import task_spaces
+    from llmsched_gym.leaderboard.spaces import task_spaces
 
     obs, act = task_spaces(
         task,
@@ -415,7 +415,7 @@ def model_spec(
     """
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 
-    from llmsched_gym.leaderboard.training import SCORE_BOUND
+    from llmsched_gym.leaderboard.spaces import SCORE_BOUND
 
     algorithm = "MaskablePPO" if isinstance(policy, MaskableActorCriticPolicy) else "PPO"
     name = _policy_name(policy, algorithm)
