@@ -310,14 +310,6 @@ def test_every_committed_submission_covers_its_tasks_test_split(suite):
             assert {r["workload"] for r in read_results(s.results_path)} == expected, s.folder
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "folder", sorted(p.parent for p in LEADERBOARDS.glob("*/*/submission.yaml")), ids=str
-)
-def test_every_committed_submission_validates_on_the_quick_subset(folder):
-    assert validate_submission(folder, quick=True) == []
-
-
 # -- serial == Ray -----------------------------------------------------------------------------
 @pytest.mark.slow
 def test_serial_and_ray_results_are_identical(suite):

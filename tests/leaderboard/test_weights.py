@@ -286,13 +286,3 @@ def test_a_weights_built_agent_reproduces_its_committed_rows() -> None:
         mine = [r for r in committed if r["workload"] == w.id]
         assert len(mine) == 1
         assert compare_results(mine, [row], VALIDATED_COLUMNS) == []
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("rel", LEARNED)
-def test_converted_submissions_validate_on_the_quick_subset(rel: str) -> None:
-    """The committed results (produced by PPO.load(model.zip)) reproduce from the weights."""
-    pytest.importorskip("sb3_contrib", reason="the learned submissions need the [rl] extra")
-    from llmsched_gym.leaderboard.validate import validate_submission
-
-    assert validate_submission(LEADERBOARDS / rel, quick=True) == []
