@@ -286,3 +286,17 @@ def test_a_weights_built_agent_reproduces_its_committed_rows() -> None:
         mine = [r for r in committed if r["workload"] == w.id]
         assert len(mine) == 1
         assert compare_results(mine, [row], VALIDATED_COLUMNS) == []
+
+
+@pytest.mark.parametrize("rel", LEARNED)
+def test_learned_submissions_ship_weights_only(rel: str) -> None:
+    """Every committed learned submission: ``policy: model``, a .pth, nothing that unpickles."""
+    from llmsched_gym.leaderboard.policy import load_submission
+    from llmsched_gym.leaderboard.weights import scan_folder
+
+    folder = LEADERBOARDS / rel
+    sub = load_submission(folder)
+    assert sub.policy == "model" and sub.model is not None and sub.kind == "agent"
+    assert (folder / sub.model["weights"]).is_file()
+    assert scan_folder(folder) == []
+    assert not list(folder.glob("*.py")) and not list(folder.glob("*.zip"))
