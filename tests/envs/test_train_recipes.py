@@ -99,7 +99,7 @@ def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     pytest.importorskip("sb3_contrib", reason="the recipes need the [rl] extra")
     from llmsched_gym.leaderboard.submission import load_submission
     from llmsched_gym.leaderboard.suite import load_suite
-    from llmsched_gym.leaderboard.weights import scan_folder
+    from llmsched_gym.leaderboard.weights import build_agent, scan_folder
 
     train = _train()
     cfg = train.load_config(ROOT / "configs" / f"{name}.yaml")
@@ -113,7 +113,9 @@ def test_a_short_run_writes_a_valid_submission(tmp_path, name: str) -> None:
     assert (sub.model["wrapper"] == "work-conserving") == cfg["work_conserving"]
     assert f"recipe baselines/configs/{name}.yaml, seed 0" in sub.training
     assert scan_folder(tmp_path / "seed0") == []  # nothing pickled: no --trust-pickle needed
-    agent = sub.policy_ref(load_suite().task(cfg["task"])).factory(task=cfg["task"])
+    ref = sub.policy_ref(load_suite().task(cfg["task"]))
+    assert ref.kind == "model" and ref.model == sub.model  # built in the sandbox's child
+    agent = build_agent(tmp_path / "seed0", sub.model, cfg["task"])
     assert agent.predict is not None
     assert (tmp_path / "seed0" / "learning_curve.png").stat().st_size > 0
     header = (tmp_path / "seed0" / "learning_curve.csv").read_text().splitlines()[0]
