@@ -294,6 +294,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 1 if invalid else 0
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from llmsched_gym.leaderboard.diff import diff_submissions
+
+    out = args.out or str(
+        Path("out/leaderboard/diff") / _slug(f"{Path(args.a).name}-vs-{Path(args.b).name}")
+    )
+    print(diff_submissions(args.a, args.b, out))
+    print(f"wrote {out}/diff.csv and diff.md")
+    return 0
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     from llmsched_gym.leaderboard.validate import show_leaderboards
 
@@ -475,6 +486,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _trust_pickle(q)
     _common(q)
     q.set_defaults(func=_cmd_validate)
+
+    q = lsub.add_parser(
+        "diff",
+        help="two submissions side by side, per workload and level, from their results alone",
+        description="Pairs two submissions of one task by workload: B's metric over A's "
+        "(> 1: A is better), per level and overall with a paired 95% interval, then every "
+        "workload. Reads the committed results.csv files; runs nothing.",
+    )
+    q.add_argument("a", metavar="A", help="a submission folder")
+    q.add_argument("b", metavar="B", help="another submission folder of the same task")
+    q.add_argument("--out", metavar="DIR", help="output folder (default out/leaderboard/diff/A-vs-B)")
+    q.set_defaults(func=_cmd_diff)
 
     q = lsub.add_parser(
         "show",
