@@ -404,6 +404,27 @@ def main(argv: list[str] | None = None) -> int:
             gc.freeze()
 
 
+def _unrecognized(parser: argparse.ArgumentParser, args: Any, extra: list[str]) -> None:
+    """Exit with the usage of the (sub)command the arguments were for, and a "did you mean".
+
+    argparse hands arguments no subcommand knows up to the top-level parser, whose usage lists
+    the commands; a mistyped option of ``simulate`` should show ``simulate``'s own.
+    """
+    import difflib
+
+    while True:  # the deepest subcommand the arguments chose
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if chosen not in (subs[0].choices if subs else {}):
+            break
+        parser = subs[0].choices[chosen]
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    first = next((e.split("=", 1)[0] for e in extra if e.startswith("-")), None)
+    close = difflib.get_close_matches(first, options, n=1) if first else []
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
 def _main(argv: list[str] | None) -> int:
     command = _command_in(sys.argv[1:] if argv is None else argv)
     _one_blas_thread(command)
@@ -415,7 +436,9 @@ def _main(argv: list[str] | None) -> int:
         # 20k-request trace) just before the exit frees it.
         gc.disable()
     parser = build_parser(command)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, args, extra)
     try:
         return args.func(args)
     except (LLMSchedError, FileNotFoundError) as exc:

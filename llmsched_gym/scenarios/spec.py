@@ -314,8 +314,13 @@ def scenario_path(name: str) -> Any:
     """The shipped file of scenario ``name`` (a Traversable)."""
     entry = _shipped_dir() / f"{name}.yaml"
     if not entry.is_file():
-        known = ", ".join(list_scenarios()) or "none"
-        raise ConfigError(f"unknown scenario {name!r}; shipped scenarios: {known}")
+        import difflib
+
+        names = list(list_scenarios())
+        close = difflib.get_close_matches(str(name), names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        known = ", ".join(names) or "none"
+        raise ConfigError(f"unknown scenario {name!r}{hint}; shipped scenarios: {known}")
     return entry
 
 

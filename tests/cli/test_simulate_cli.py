@@ -187,3 +187,28 @@ def test_collector_is_left_off_only_by_the_console_scripts_own_simulate(tmp_path
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "ENABLED False 0"
+
+
+def test_a_mistyped_option_gets_its_commands_usage_and_a_suggestion(capsys) -> None:
+    """argparse hands unknown options to the top-level parser; the error is the command's own."""
+    from llmsched_gym.cli.main import main
+
+    for argv, command, close in (
+        (["simulate", "--scenaro", "chat-sharegpt-overload-v0"], "simulate", "--scenario"),
+        (["leaderboard", "validate", "x", "--quik"], "leaderboard validate", "--quick"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"usage: llmsched-gym {command}"), err[:200]
+        assert f"llmsched-gym {command}: error: unrecognized arguments" in err
+        assert f"(did you mean {close}?)" in err
+
+
+def test_a_mistyped_scenario_gets_a_suggestion() -> None:
+    from llmsched_gym.errors import ConfigError
+    from llmsched_gym.scenarios import load_scenario
+
+    with pytest.raises(ConfigError, match="did you mean 'chat-sharegpt-overload-v0'"):
+        load_scenario("chat-sharegpt-overlaod-v0")
