@@ -224,7 +224,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     pd.DataFrame(summary).to_csv(out / "summary.csv", index=False)
     text = "\n".join(md)
     (out / "summary.md").write_text(text)
-    plot_scores(suite, boards, out / "scores.png")
+    plot_scores(
+        suite,
+        boards,
+        out / "scores.png",
+        workloads="the quick subset of the test workloads" if quick else "held-out test workloads",
+    )
     if args.json:
         print(json.dumps(_jsonable(summary), indent=1))
     else:

@@ -238,7 +238,10 @@ def resolve_policy(spec: str, task: Any) -> PolicyRef:
     if spec in known:
         return PolicyRef(spec, spec, what)
     if ":" in spec:
-        return PolicyRef(spec, spec.rpartition(":")[2], "entry", _command_line_entry(spec))
+        target, attr = _split_entry(spec)
+        # A file's row is named by the file (``my_policy:make``), not by the factory alone.
+        name = f"{Path(target).stem}:{attr}" if target.endswith(".py") else spec
+        return PolicyRef(spec, name, "entry", _command_line_entry(spec))
     raise ConfigError(
         f"unknown policy {spec!r} for task {task.name}: not a registered {what} (see "
         f"'llmsched-gym list {what}s'), 'random', a rule:<name>, {', '.join(map(repr, ORACLES))}, "

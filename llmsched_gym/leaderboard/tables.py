@@ -173,7 +173,11 @@ def markdown_table(
 
 
 def plot_scores(
-    suite: Suite, boards: Mapping[str, tuple[Any, Sequence[Mapping[str, Any]]]], path: str | Path
+    suite: Suite,
+    boards: Mapping[str, tuple[Any, Sequence[Mapping[str, Any]]]],
+    path: str | Path,
+    *,
+    workloads: str = "held-out test workloads",
 ) -> None:
     """One panel per task: each method's score with its 95% interval (a forest plot)."""
     import matplotlib
@@ -211,7 +215,7 @@ def plot_scores(
         ax.set_title(f"{name}: {task.metric} vs {task.reference} (higher is better)", fontsize=10)
         ax.set_xlabel(f"{task.reference} {task.metric} / method's (geometric mean, 95% CI)")
     fig.suptitle(
-        f"{suite.version} leaderboards (held-out test workloads)\n"
+        f"{suite.version} leaderboards ({workloads})\n"
         "blue: agents, orange: whole schedulers (reference kind), gray: oracles",
         fontsize=10,
     )

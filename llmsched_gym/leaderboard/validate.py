@@ -346,5 +346,7 @@ def show_leaderboards(
     names = ", ".join(f"{n.lower()}.md" for n in suite.tasks if n in subs)
     print(f"wrote {out}/ ({names}, leaderboards.png)")
     if update:
-        print(f"wrote {root}/<task>/README.md and leaderboard.png for {', '.join(boards)}")
+        for name in boards:
+            folder = root / name.lower()
+            print(f"wrote {folder / 'README.md'} and {folder / 'leaderboard.png'}")
     return 0

@@ -207,7 +207,7 @@ def test_entry_point_agent_runs_through_the_env_interface(tmp_path, suite):
     w = suite.workloads("test", tasks=["Priority"], quick=True)[0]
     row = run_workload(suite, f"{tmp_path / 'agent.py'}:make", w)
     assert row["status"] == "ok", row["error"]
-    assert row["policy"] == "make"
+    assert row["policy"] == "agent:make"  # named by its file, not the factory alone
 
 
 # -- submissions -------------------------------------------------------------------------------
