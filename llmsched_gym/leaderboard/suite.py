@@ -195,12 +195,14 @@ class Task:
     """The measurement that took the task out of the scored set."""
 
     def kind_of(self, spec: str) -> str:
-        """``reference`` for a baseline listed in ``references``, else ``agent``.
+        """``reference`` for a registered scheduler, else ``agent``: the harness's own rule.
 
         Agents act only through the task's action interface (rules, learned agents, routers,
         ``random``); references replace the scheduler (``proserve``, ``static-priority:*``).
+        The same rule as the rows' (``PolicyRef.row_kind``), so a suite's declared
+        ``references`` (checked against it when the suite loads) and its rows never disagree.
         """
-        return "reference" if spec in self.references else "agent"
+        return "reference" if spec in _whole_schedulers(self.interface, (spec,)) else "agent"
 
     def metric_of(self, scenario: SuiteScenario) -> str:
         """The metric ``scenario`` is scored on."""
@@ -392,6 +394,19 @@ def _check_disjoint(train: Split, test: Split, where: str) -> None:
         raise ConfigError(f"{where}: seeds {shared[:5]} are in both train and test")
 
 
+def _whole_schedulers(interface: str, specs: Sequence[str]) -> list[str]:
+    """The ``specs`` a task of ``interface`` runs as whole schedulers: its registered ones.
+
+    A router (Route) decides only the instance, so it is an agent of its task.
+    """
+    if interface == "router":
+        return []
+    from llmsched_gym.cluster.routers import registered_policies
+
+    known, _ = registered_policies(False)
+    return [s for s in specs if s in known]
+
+
 def _parse_task(
     name: str, data: Any, sources: Mapping[str, Source], where: str, require_capacity: bool
 ) -> Task:
@@ -431,6 +446,12 @@ def _parse_task(
     extra = [r for r in references if r not in baselines]
     if extra:
         raise ConfigError(f"{where}.references {extra} are not among the task's baselines")
+    derived = _whole_schedulers(interface, baselines)
+    if "references" in data and sorted(references) != sorted(derived):
+        raise ConfigError(
+            f"{where}.references must list exactly the baselines the harness runs as whole "
+            f"schedulers (the registered schedulers among them): {derived}, got {references}"
+        )
     scored = data.get("scored", True)
     reason = data.get("unscored_reason")
     if not isinstance(scored, bool):

@@ -124,3 +124,14 @@ def test_rows_failing_for_an_input_error_make_evaluate_exit_nonzero(tmp_path, ca
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "failed for an input error" in err and "missing.jsonl" in err
+
+
+def test_declared_references_must_be_what_the_harness_runs_as_whole_schedulers(data) -> None:
+    """``references:`` and the rows' kinds come from one rule; a drifted list is refused."""
+    _refused(data, lambda d: d["tasks"]["Priority"]["references"].remove("proserve"),
+             "Priority.references must list exactly", "proserve")  # fmt: skip
+    _refused(data, lambda d: d["tasks"]["Priority"]["references"].append("rule:shortest-prompt"),
+             "Priority.references must list exactly")  # fmt: skip
+    task = parse_suite(data, "s.yaml").task("Priority")
+    assert [b for b in task.baselines if task.kind_of(b) == "reference"] == list(task.references)
+    assert load_suite("llmsched-v1").task("Priority").kind_of("proserve") == "reference"
