@@ -200,7 +200,8 @@ def _weights_agent(folder: str, model: dict[str, Any], task: str, memory_mb: int
     try:
         return build_from_weights(Path(folder), model, task)
     except BaseException as exc:
-        raise _Failed(f"building the agent from its weights raised {_describe(exc, memory_mb)}") from exc
+        why = _describe(exc, memory_mb)
+        raise _Failed(f"building the agent from its weights raised {why}") from exc
 
 
 def encode_action(action: Any) -> Any:

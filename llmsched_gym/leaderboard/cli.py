@@ -55,9 +55,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"{task.name}  [{task.interface}; metric {task.metric}; reference {task.reference}]")
         print(f"  {task.decision}")
         agents = [b for b in task.baselines if task.kind_of(b) == "agent"]
+        whole = [b for b in task.baselines if task.kind_of(b) == "reference"]
         print(f"  baselines (agent kind): {', '.join(agents) or '-'}")
-        if task.references:
-            print(f"  baselines (reference kind): {', '.join(task.references)}")
+        if whole:
+            print(f"  baselines (reference kind): {', '.join(whole)}")
         if not task.scored:
             print(f"  UNSCORED: {task.unscored_reason}")
         for sc in task.scenarios:
@@ -501,7 +502,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("a", metavar="A", help="a submission folder")
     q.add_argument("b", metavar="B", help="another submission folder of the same task")
-    q.add_argument("--out", metavar="DIR", help="output folder (default out/leaderboard/diff/A-vs-B)")
+    q.add_argument(
+        "--out", metavar="DIR", help="output folder (default out/leaderboard/diff/A-vs-B)"
+    )
     q.set_defaults(func=_cmd_diff)
 
     q = lsub.add_parser(

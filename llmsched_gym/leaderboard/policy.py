@@ -19,7 +19,8 @@
   whole scheduler or router is refused;
 * a submission folder (``leaderboards/<task>/<method>/``) whose ``submission.yaml`` names the
   entry point, or says ``policy: model``: a learned agent the project builds from the folder's
-  ``model:`` field and weights (``llmsched_gym.leaderboard.weights``), running no folder code (in the sandbox too).
+  ``model:`` field and weights (``llmsched_gym.leaderboard.weights``), running no folder code
+  (in the sandbox too).
 
 The harness owns engines and clusters; the policy only decides, through those interfaces. A
 policy that reads true output lengths must say so (``oracle = True``); the engine refuses an
@@ -280,7 +281,9 @@ def _folder_entry(folder: Path, spec: str) -> str:
     return f"{path}:{attr}"
 
 
-SUBMISSION_FIELDS = ("suite", "task", "method", "policy", "model", "kind", "oracle", "paper", "training")
+SUBMISSION_FIELDS = (
+    "suite", "task", "method", "policy", "model", "kind", "oracle", "paper", "training"
+)
 KINDS = ("agent", "reference")
 """Row kinds: ``agent`` acts only through the task's decision (ranked); ``reference`` replaces
 the engine's scheduler as a whole (ranked apart, labelled)."""

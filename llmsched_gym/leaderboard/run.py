@@ -127,7 +127,7 @@ BLIND_CONTEXT = 1 << 20
 
 
 def blinded_overrides(scenario: Any) -> dict[str, Any] | None:
-    """Overrides that stop a workload's ``max_tokens`` carrying the true output; None if it does not.
+    """Overrides that stop a workload's ``max_tokens`` carrying the true output (None: it does not).
 
     A trace without client limits, loaded by the legacy rule (no ``default_max_tokens``), and
     Text-to-SQL calls without a cap have ``max_tokens`` = the true output (llmsched-v1's leak).
@@ -154,8 +154,6 @@ def hidden_truth_reads(policy_factory: Any, workload: Workload, task: Any, resul
     from llmsched_gym.scenarios.spec import load_scenario
 
     blinded = load_scenario(workload.base, {**workload.overrides, **blind})
-    from llmsched_gym.leaderboard.sandbox import close_policy
-
     policy = policy_factory()
     try:
         if task.interface == "router":

@@ -172,6 +172,10 @@ def markdown_table(
     return "\n".join(lines) + "\n"
 
 
+_KIND_COLOURS = {"agent": "tab:blue", "reference": "tab:orange"}
+_KIND_LABELS = {"agent": "", "reference": " (reference kind)"}
+
+
 def plot_scores(
     suite: Suite,
     boards: Mapping[str, tuple[Any, Sequence[Mapping[str, Any]]]],
@@ -197,9 +201,7 @@ def plot_scores(
         ys = list(range(len(rows)))[::-1]
         for y, r in zip(ys, rows, strict=True):
             s = r["score"]
-            color = (
-                "tab:gray" if r["oracle"] else "tab:orange" if r["kind"] == "reference" else "tab:blue"
-            )
+            color = "tab:gray" if r["oracle"] else _KIND_COLOURS[r["kind"]]
             lo = s.value - s.low if math.isfinite(s.low) else 0.0
             hi = s.high - s.value if math.isfinite(s.high) else 0.0
             ax.errorbar(s.value, y, xerr=[[lo], [hi]], fmt="o", color=color, capsize=3)
@@ -208,7 +210,7 @@ def plot_scores(
         ax.set_yticklabels(
             [
                 r["method"]
-                + (" (oracle)" if r["oracle"] else " (reference kind)" if r["kind"] == "reference" else "")
+                + (" (oracle)" if r["oracle"] else _KIND_LABELS[r["kind"]])
                 for r in rows
             ]
         )

@@ -41,8 +41,9 @@ def validate_submission(
     other rows drawn with ``seed`` (None: a fresh seed, said in ``report``), so a tampered row
     outside the subset can be drawn; the rows it does not re-run are checked for consistency
     only, and ``report`` says so (``report`` receives one line per statement of what was done).
-    ``reference_runs`` ((suite, workload id) -> the reference's re-run row) is filled and reused across
-    calls, so validating many submissions of a task re-runs its reference once per workload.
+    ``reference_runs`` ((suite, workload id) -> the reference's re-run row) is filled and reused
+    across calls, so validating many submissions of a task re-runs its reference once per
+    workload.
     """
     import random
 
@@ -78,9 +79,9 @@ def validate_submission(
         if r["suite"] != suite.version:
             problems.append(f"results.csv: {r['workload']} was produced on suite {r['suite']!r}")
             break
-    ref = resolve_policy(str(sub.folder), task)
+    resolve_policy(str(sub.folder), task)  # resolves before anything runs (errors name it)
     rows = [r for r in committed if r["workload"] in expected]
-    is_reference = ref.spec == task.reference or sub.policy == task.reference
+    is_reference = sub.policy == task.reference
     reference_values = None if is_reference else committed_reference_values(sub.folder, task)
     if not is_reference and reference_values is None:
         report.append(
