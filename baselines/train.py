@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -62,6 +63,8 @@ CONFIG_KEYS = {
     "unbounded_scores": bool,
     "restarts": int,
     "validation_workloads": int,
+    "warm_start": dict,
+    "checkpoints": int,
 }
 REQUIRED = ("task", "algorithm", "policy", "timesteps", "train", "eval")
 ALGORITHMS = {"PPO": "stable_baselines3", "MaskablePPO": "sb3_contrib"}
@@ -96,12 +99,31 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: algorithm must be one of {list(ALGORITHMS)}, got {data['algorithm']!r}"
         )
-    for key in ("scenarios", "sources"):
+    if "groups" in data["train"]:
+        value = data["train"]["groups"]
+        if not isinstance(value, list) or not value or set(data["train"]) != {"groups"} or any(
+            not isinstance(g, list) or len(g) != 2 or not all(isinstance(x, str) for x in g)
+            for g in value
+        ):
+            raise ConfigError(
+                f"{path}: train.groups must be a non-empty list of [scenario, source] pairs, "
+                "given instead of train.scenarios and train.sources"
+            )
+    for key in () if "groups" in data["train"] else ("scenarios", "sources"):
         value = data["train"].get(key)
         if not isinstance(value, list) or not value:
             raise ConfigError(f"{path}: train.{key} must be a non-empty list")
     target = data.get("target")
-    if target is not None and not isinstance(target.get("score_low"), (int, float)):
+    if target is not None and "rule" in target:
+        if not isinstance(target["rule"], str) or not isinstance(
+            target.get("paired_low"), (int, float)
+        ):
+            raise ConfigError(
+                f"{path}: a target against a rule needs rule (a committed method of the task, "
+                "e.g. rule:shortest-prompt) and paired_low (the lower 95% end the paired ratio "
+                f"must reach), got {target!r}"
+            )
+    elif target is not None and not isinstance(target.get("score_low"), (int, float)):
         raise ConfigError(f"{path}: target.score_low must be a number, got {target!r}")
     if data["policy"] in ROW_POLICIES and (data["policy"] == "MaskableRowScorePolicy") != (
         data["algorithm"] == "MaskablePPO"
@@ -126,8 +148,17 @@ def load_config(path: str | Path) -> dict[str, Any]:
     data.setdefault("unbounded_scores", False)
     data.setdefault("restarts", 1)
     data.setdefault("validation_workloads", 6)
+    data.setdefault("checkpoints", 0)
     if data["restarts"] < 1 or data["validation_workloads"] < 1:
         raise ConfigError(f"{path}: restarts and validation_workloads must be positive")
+    if data["checkpoints"] < 0 or data["checkpoints"] and data["restarts"] > 1:
+        raise ConfigError(
+            f"{path}: checkpoints must be >= 0, and it selects within one run (restarts: 1)"
+        )
+    if "warm_start" in data:
+        import warm_start
+
+        data["warm_start"] = warm_start.check(data["warm_start"], str(path), data["task"])
     if data["unbounded_scores"] and data["task"] != "Priority":
         raise ConfigError(f"{path}: unbounded_scores is a Priority option, not {data['task']}'s")
     _hyperparams(data["hyperparams"], str(path))  # a bad schedule fails before any training
@@ -220,8 +251,13 @@ def _train_workloads(cfg: dict[str, Any]) -> tuple[Any, Any]:
     from llmsched_gym.leaderboard.training import TrainWorkloads
 
     suite = load_suite(cfg["suite"])
+    train = cfg["train"]
     return suite, TrainWorkloads(
-        suite, cfg["task"], cfg["train"]["scenarios"], cfg["train"]["sources"]
+        suite,
+        cfg["task"],
+        train.get("scenarios", ()),
+        train.get("sources", ()),
+        groups=train.get("groups"),
     )
 
 
@@ -231,28 +267,35 @@ def make_envs(cfg: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     The reward shaping gets the learner's own gamma (SB3's default 0.99 when the config
     leaves it out): potential-based shaping keeps the optimal policies only with it.
     """
-    from llmsched_gym.leaderboard.training import TrainWorkloadEnv
-
     suite, workloads = _train_workloads(cfg)
     n = cfg["n_envs"]
+    return suite, workloads, [_train_env(cfg, workloads, i, n) for i in range(n)]
+
+
+def _train_env(cfg: dict[str, Any], workloads: Any, start: int, stride: int) -> Any:
+    """One ``TrainWorkloadEnv`` of the config (position ``start`` of ``stride`` in the cycle)."""
+    from llmsched_gym.leaderboard.training import TrainWorkloadEnv
+
     kwargs = {"work_conserving": True} if cfg["work_conserving"] else {}
-    envs = [
-        TrainWorkloadEnv(
-            workloads,
-            start=i,
-            stride=n,
-            baseline=cfg["reward_baseline"],
-            gamma=cfg["hyperparams"].get("gamma", 0.99),
-            unbounded_scores=cfg["unbounded_scores"],
-            **kwargs,
-        )
-        for i in range(n)
-    ]
-    return suite, workloads, envs
+    return TrainWorkloadEnv(
+        workloads,
+        start=start,
+        stride=stride,
+        baseline=cfg["reward_baseline"],
+        gamma=cfg["hyperparams"].get("gamma", 0.99),
+        unbounded_scores=cfg["unbounded_scores"],
+        **kwargs,
+    )
 
 
 def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
-    """Train one seed, write the submission folder and the learning curve; the train record."""
+    """Train one seed, write the submission folder and the learning curve; the train record.
+
+    With ``warm_start`` the policy is first fitted to a rule's decisions (``warm_start.py``);
+    with ``checkpoints: k`` the policy is saved after every ``timesteps / k`` steps and the
+    one (warm start included) that scores best against the task's reference on the held-back
+    ``validation_workloads`` becomes the submission. All of it counts in ``cpu_s``.
+    """
     import torch
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
@@ -260,7 +303,7 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     from llmsched_gym.leaderboard.weights import write_weights
 
     torch.set_num_threads(1)  # small networks: one thread is fastest and leaves a core free
-    started, cpu_started = time.perf_counter(), time.process_time()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     suite, workloads, envs = make_envs(cfg)
     monitors = [Monitor(e) for e in envs]  # raw episode returns, before any normalisation
     venv = DummyVecEnv([lambda m=m: m for m in monitors])
@@ -274,17 +317,87 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
         policy_kwargs=dict(cfg["policy_kwargs"]), **hp,
     )  # fmt: skip
     quiet_logger(model)
-    progress = progress_callback(f"{cfg['name']} seed {seed}", timesteps, stream=sys.stderr)
-    model.learn(total_timesteps=timesteps, callback=progress)
-    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     wrapper = "work-conserving" if cfg["work_conserving"] else None
+    held = validation_workloads(workloads, cfg["validation_workloads"])
+    candidates: list[tuple[int, Path]] = []  # (steps, folder) of the policies to choose from
+
+    def save(steps: int, name: str) -> None:
+        sub = folder / "checkpoints" / name
+        spec = write_weights(sub, model.policy, cfg["task"], wrapper=wrapper)
+        _write_submission(cfg, seed, sub, suite, spec, f"checkpoint {name} ({steps:,} steps)")
+        candidates.append((steps, sub))
+
+    warm = None
+    if cfg.get("warm_start"):
+        import warm_start
+
+        section = cfg["warm_start"]
+        demo_env = _train_env(cfg, workloads, 0, 1)  # the cycle's first workloads
+        demos = warm_start.collect(demo_env, cfg["task"], section["expert"], section["episodes"])
+        warm = warm_start.fit(model, venv, demos, section, seed)
+        warm.update(
+            expert=section["expert"],
+            decisions=len(demos),
+            episodes=demos.workloads,
+            collect_cpu_s=round(demos.cpu_s, 1),
+            expert_vs_reference=[round(x, 4) for x in demos.ratios],
+        )
+        print(
+            f"{cfg['name']} seed {seed}: warm start from {section['expert']} on "
+            f"{len(demos.workloads)} episodes ({len(demos):,} decisions), agreement "
+            f"{warm['agreement']:.3f}",
+            file=sys.stderr,
+        )
+        if cfg["checkpoints"]:
+            save(0, "warm")
+    callbacks = [progress_callback(f"{cfg['name']} seed {seed}", timesteps, stream=sys.stderr)]
+    if cfg["checkpoints"]:
+        callbacks.append(_checkpoint_callback(timesteps, cfg["checkpoints"], save))
+    model.learn(total_timesteps=timesteps, callback=callbacks)
+    if cfg["checkpoints"] and (not candidates or candidates[-1][0] < model.num_timesteps):
+        save(int(model.num_timesteps), "final")
     spec = write_weights(folder, model.policy, cfg["task"], wrapper=wrapper)
+    chosen, validation = None, []
+    if candidates:
+        seen = {w.id for w in held} & {w.id for e in envs for w in e.seen}
+        if seen:
+            raise ConfigError(
+                f"{cfg['name']}: training reached the validation workloads {sorted(seen)[:3]}; "
+                "lower timesteps or validation_workloads"
+            )
+        folders = [sub for _, sub in candidates]
+        ratios = validation_ratios(suite, cfg["task"], folders, held)
+        from llmsched_gym.leaderboard.policy import load_submission
+        from llmsched_gym.leaderboard.score import geometric_score
+
+        scores = [geometric_score(ratios[f]).value for f in folders]
+        best = max(range(len(folders)), key=lambda j: scores[j])
+        chosen = folders[best].name
+        import shutil
+
+        shutil.copyfile(folders[best] / "policy.pth", folder / "policy.pth")
+        spec = load_submission(folders[best]).model
+        validation = [
+            {
+                "checkpoint": sub.name,
+                "timesteps": steps,
+                "validation_ratios": [round(x, 4) for x in ratios[sub]],
+                "validation_score": round(sc, 4),
+            }
+            for (steps, sub), sc in zip(candidates, scores, strict=True)
+        ]  # fmt: skip
+    wall_s, cpu_s = time.perf_counter() - started, cpu_seconds() - cpu_started
     curve = _learning_curve(monitors, envs, folder, f"{cfg['name']} seed {seed} ({cfg['task']})")
-    _write_submission(
-        cfg, seed, folder, suite, spec,
+    how = (
         f"{int(model.num_timesteps):,} steps on {suite.version} {cfg['task']} train workloads "
-        f"only ({workloads.describe()})",
-    )  # fmt: skip
+        f"only ({workloads.describe()})"
+    )
+    if warm:
+        n = len(warm["episodes"])
+        how = f"warm-started from {warm['expert']} on {n} train workloads, {how}"
+    if chosen:
+        how += f"; checkpoint {chosen} chosen on {len(held)} other train workloads"
+    _write_submission(cfg, seed, folder, suite, spec, how)
     record = {
         "recipe": cfg["name"],
         "seed": seed,
@@ -296,8 +409,32 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
         "model_bytes": (folder / "policy.pth").stat().st_size,
         "config": {k: v for k, v in cfg.items() if k != "name"},
     }
+    if warm:
+        record["warm_start"] = warm
+    if candidates:
+        record.update(
+            validation_workloads=sorted(w.id for w in held),
+            checkpoints=validation,
+            chosen_checkpoint=chosen,
+        )
     (folder / "train.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
+
+
+def _checkpoint_callback(timesteps: int, count: int, save: Any) -> Any:
+    """An SB3 callback calling ``save(steps, name)`` after every ``timesteps / count`` steps."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    marks = [math.ceil(timesteps * (i + 1) / count) for i in range(count)]
+
+    class Checkpoints(BaseCallback):
+        def _on_step(self) -> bool:
+            while marks and self.num_timesteps >= marks[0]:
+                marks.pop(0)
+                save(int(self.num_timesteps), f"step{self.num_timesteps}")
+            return True
+
+    return Checkpoints()
 
 
 def validation_workloads(workloads: Any, count: int) -> list[Any]:
@@ -333,18 +470,44 @@ def validation_ratios(
     reference = run_all(suite, [(name, w) for w in workloads], desc=name)
     out = {}
     for folder in folders:
-        # These folders are this project's trained SB3 agents (model.zip: pickled entries).
-        rows = run_all(
-            suite,
-            [(str(folder), w) for w in workloads],
-            desc=f"validate {Path(folder).name}",
-            trust_pickle=True,
-        )
+        ref = trusted(folder)
+        rows = run_all(suite, [(ref, w) for w in workloads], desc=f"validate {Path(folder).name}")
         bad = [r for r in rows if r["status"] != "ok"]
         if bad:
             raise ConfigError(f"{folder}: {bad[0]['workload']} failed: {bad[0]['error']}")
         out[folder] = [a["value"] / b["value"] for a, b in zip(reference, rows, strict=True)]
     return out
+
+
+def trusted(folder: Path | str) -> Any:
+    """A submission folder this script trained, as a harness ``PolicyRef`` run in this process.
+
+    The harness runs a submission's model in a sandboxed process, one message per decision
+    (about 2 ms each here); weights this script has just written are its own, so its
+    validation and test runs build the same agent (``weights.build_agent``: the same network,
+    weights and one torch thread) here, several times faster, with the same actions. The
+    leaderboard's own ``evaluate`` of a submitted seed runs it sandboxed again.
+    """
+    from llmsched_gym.leaderboard.policy import PolicyRef, load_submission, wrap_agent
+    from llmsched_gym.leaderboard.weights import build_agent
+
+    sub = load_submission(folder)
+    if sub.model is None:
+        raise ConfigError(f"{folder}: not a 'policy: model' submission")
+
+    class InProcessModel(PolicyRef):
+        def build(self, task: Any, seed: int, workload: Any = None, **_: Any) -> Any:
+            return wrap_agent(task, build_agent(Path(self.entry), self.model, task.name), self.name)
+
+    return InProcessModel(str(folder), sub.method, "model", str(folder), model=sub.model)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished children (sandboxes, workers)."""
+    import os
+
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> dict[str, Any]:
@@ -361,7 +524,7 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
 
     if cfg["restarts"] == 1:
         return train_one(cfg, seed, folder, timesteps)
-    started, cpu_started = time.perf_counter(), time.process_time()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     suite, workloads = _train_workloads(cfg)
     held = validation_workloads(workloads, cfg["validation_workloads"])
     held_ids = {w.id for w in held}
@@ -388,7 +551,7 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
         f"{cfg['task']} train workloads only ({workloads.describe()}), chosen on {len(held)} "
         "other train workloads",
     )  # fmt: skip
-    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+    wall_s, cpu_s = time.perf_counter() - started, cpu_seconds() - cpu_started
     record = {
         "recipe": cfg["name"],
         "seed": seed,
@@ -501,10 +664,8 @@ def evaluate_folder(cfg: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
     suite = load_suite(cfg["suite"])
     task = suite.task(cfg["task"])
     ws = eval_workloads(suite, cfg)
-    # The folder this script just trained: its model.zip (SB3, pickled entries) is its own.
-    rows = run_all(
-        suite, [(str(folder), w) for w in ws], desc=f"evaluate {folder.name}", trust_pickle=True
-    )
+    ref = trusted(folder)
+    rows = run_all(suite, [(ref, w) for w in ws], desc=f"evaluate {folder.name}")
     ref = committed_rows(task, task.reference, {w.id for w in ws})
     scored = score_rows(rows, ref)
     write_results(scored, folder / "results.csv")
@@ -553,7 +714,9 @@ def summarize(cfg: dict[str, Any], per_seed: dict[int, list[dict[str, Any]]], ou
         *[f"| {r['method']} | {r['score']} | {r['n']} |" for r in table],
     ]
     target = cfg.get("target")
-    if target and across.n < 2:
+    if target and "rule" in target:
+        lines += ["", *paired_lines(task, target, per_seed, out)]
+    elif target and across.n < 2:
         lines += ["", f"Target ({target.get('text', '')}): needs two or more seeds to judge."]
     elif target:
         met = across.low >= float(target["score_low"])
@@ -566,6 +729,73 @@ def summarize(cfg: dict[str, Any], per_seed: dict[int, list[dict[str, Any]]], ou
     text = "\n".join(lines) + "\n"
     (out / "summary.md").write_text(text)
     return text
+
+
+def paired_lines(
+    task: Any, target: dict[str, Any], per_seed: dict[int, list[dict[str, Any]]], out: Path
+) -> list[str]:
+    """The learned agent against a rule, paired by workload: ratios, intervals and verdict.
+
+    Per workload the ratio is the rule's metric over the agent's (above 1: the agent is
+    better), i.e. the agent's score over the rule's. Two 95% t intervals on logs: over the
+    seeds (each seed's geometric mean over workloads) and over the workloads (each workload's
+    geometric mean over seeds, paired as ``leaderboard diff`` pairs). The verdict uses the
+    lower of the two lower ends, declared before the seeds ran: "at or above" needs the
+    across-seed geometric mean >= 1 and that end >= ``paired_low``; "above" needs it >= 1.02.
+    """
+    import numpy as np
+
+    from llmsched_gym.leaderboard.score import geometric_score
+
+    ids = {r["workload"] for rows in per_seed.values() for r in rows}
+    rule = {r["workload"]: r for r in committed_rows(task, target["rule"], ids)}
+    logs: dict[str, list[float]] = {}
+    seed_means = []
+    for rows in per_seed.values():
+        mine = [
+            math.log(rule[r["workload"]]["value"] / r["value"])
+            for r in rows
+            if r["status"] == "ok" and r["workload"] in rule
+        ]
+        for r in rows:
+            if r["status"] == "ok" and r["workload"] in rule:
+                logs.setdefault(r["workload"], []).append(
+                    math.log(rule[r["workload"]]["value"] / r["value"])
+                )
+        seed_means.append(math.exp(float(np.mean(mine))))
+    failed = sum(r["status"] != "ok" for rows in per_seed.values() for r in rows)
+    by_seed = geometric_score(seed_means)
+    by_workload = geometric_score(math.exp(float(np.mean(v))) for v in logs.values())
+    low = min(x for x in (by_seed.low, by_workload.low) if math.isfinite(x)) if (
+        len(seed_means) > 1
+    ) else by_workload.low
+    at = by_workload.value >= 1.0 and low >= float(target["paired_low"]) and not failed
+    above = low >= 1.02 and not failed
+    verdict = "above (lower end >= 1.02)" if above else "at or above" if at else "missed"
+    (out / "paired.json").write_text(
+        json.dumps(
+            {
+                "rule": target["rule"],
+                "per_seed": dict(zip(map(str, per_seed), seed_means, strict=True)),
+                "value": by_workload.value,
+                "interval_over_seeds": [by_seed.low, by_seed.high],
+                "interval_over_workloads": [by_workload.low, by_workload.high],
+                "verdict": verdict,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    return [
+        f"Against {target['rule']} (paired by workload; above 1: the learned agent is better): "
+        f"{by_workload.value:.3f}; 95% interval over seeds {by_seed.text().partition(' ')[2]}, "
+        f"over workloads {by_workload.text().partition(' ')[2]}; per seed "
+        + ", ".join(f"{x:.3f}" for x in seed_means)
+        + (f"; {failed} failed runs" if failed else ""),
+        "",
+        f"Target ({target.get('text', '')}): **{verdict}** (lower end {low:.3f}; 'at or above' "
+        f"needs the mean >= 1 and the lower end >= {target['paired_low']}).",
+    ]
 
 
 def _finished(folder: Path) -> bool:

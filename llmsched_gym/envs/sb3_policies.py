@@ -57,6 +57,7 @@ __all__ = [
     "RowScorePolicy",
     "RowSDEGaussian",
     "RowSetExtractor",
+    "row_ranks",
 ]
 
 
@@ -87,9 +88,20 @@ class RowSetExtractor(BaseFeaturesExtractor):
             ``(K, F)``), a ``mask`` over the rows (``K``), and context vectors (any other keys).
         embed_dim: Size of a row embedding and of the pool.
         hidden: Hidden width of phi and rho.
+        relative: Also give phi each row's rank within the visible rows, per column
+            (``row_ranks``): what a deployed scheduler compares (the shortest prompt in the
+            queue, the least loaded instance). The squashed columns can differ by 1e-4 between
+            the rows a decision hinges on (two instances' backlogs), which an MLP at its
+            initial scale cannot resolve; their ranks differ by ``1 / (n - 1)``.
     """
 
-    def __init__(self, observation_space: spaces.Dict, embed_dim: int = 32, hidden: int = 64):
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        embed_dim: int = 32,
+        hidden: int = 64,
+        relative: bool = False,
+    ):
         self.table_key = _table_key(observation_space)
         k, f = observation_space.spaces[self.table_key].shape
         self.context_keys = sorted(
@@ -98,7 +110,8 @@ class RowSetExtractor(BaseFeaturesExtractor):
         c = sum(int(observation_space.spaces[key].shape[0]) for key in self.context_keys)
         super().__init__(observation_space, features_dim=(k + 1) * embed_dim + k)
         self.num_rows, self.embed_dim = k, embed_dim
-        self.phi = _mlp([f + c, hidden, embed_dim])
+        self.relative = bool(relative)
+        self.phi = _mlp([f * (2 if self.relative else 1) + c, hidden, embed_dim])
         self.rho = _mlp([embed_dim + c, hidden, embed_dim])
 
     def forward(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -111,11 +124,34 @@ class RowSetExtractor(BaseFeaturesExtractor):
             )
         else:
             ctx = rows.new_zeros((b, 0))
-        h = self.phi(torch.cat([rows, ctx.unsqueeze(1).expand(b, k, ctx.shape[1])], dim=2))
         mask = observations["mask"].float().reshape(b, k, 1)
+        if self.relative:
+            rows = torch.cat([rows, row_ranks(rows, mask.reshape(b, k))], dim=2)
+        h = self.phi(torch.cat([rows, ctx.unsqueeze(1).expand(b, k, ctx.shape[1])], dim=2))
         pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         p = self.rho(torch.cat([pooled, ctx], dim=1))
         return torch.cat([h.reshape(b, k * self.embed_dim), p, mask.reshape(b, k)], dim=1)
+
+
+def row_ranks(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per row and column: the row's rank among the visible rows, in [0, 1] (0: smallest).
+
+    ``rank = (#visible rows below + #other visible rows equal / 2) / (n - 1)`` with ``n`` the
+    visible rows (0 when ``n`` < 2); invisible rows get their rank among the visible ones too
+    (the extractor masks them out of the pool and the environment ignores their scores).
+    Equivariant: permuting the rows permutes the ranks.
+
+    Args:
+        rows: ``(batch, K, F)``.
+        mask: ``(batch, K)``, 1 for a visible row.
+    """
+    other = rows.unsqueeze(1)  # (b, 1, K_j, F)
+    this = rows.unsqueeze(2)  # (b, K_i, 1, F)
+    visible = mask.reshape(mask.shape[0], 1, -1, 1)  # over j
+    below = ((other < this).float() * visible).sum(2)
+    equal = ((other == this).float() * visible).sum(2) - mask.unsqueeze(2)  # not itself
+    n = mask.sum(1).reshape(-1, 1, 1)
+    return (below + 0.5 * equal.clamp(min=0.0)) / (n - 1.0).clamp(min=1.0)
 
 
 class RowHeads(nn.Module):

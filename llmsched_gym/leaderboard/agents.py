@@ -120,6 +120,10 @@ RULES: dict[str, dict[str, str]] = {
     },
     "prefill-first": {"BatchType": "prefill-only whenever a prefill candidate exists"},
     "decode-first": {"BatchType": "decode-only whenever a decode candidate exists"},
+    "least-backlog": {
+        "Route": "the candidate instance with the least estimated backlog (the least-load:backlog "
+        "router's key as the observation's instance table shows it; ties to the lower index)",
+    },
     "half-budget": {"Knob": "half the token budget, every sequence slot, in every window"},
     "quarter-budget": {"Knob": "a quarter of the token budget, every sequence slot"},
     "half-seqs": {"Knob": "the whole token budget, half the sequence slots"},
@@ -170,6 +174,8 @@ class RuleAgent:
             masks = np.ones(2, bool) if action_masks is None else np.asarray(action_masks, bool)
             first = PREFILL if self.rule == "prefill-first" else DECODE
             return (first if masks[first] else 1 - first), None
+        if self.task == "Route":
+            return self._route(obs, action_masks), None
         table = np.asarray(obs["requests"], dtype=np.float64)
         key = self._key(table)
         if self.task == "Priority":
@@ -186,4 +192,56 @@ class RuleAgent:
             return k, None
         waiting = table[valid, _COL["is_running"]] < 0.5
         return int(valid[np.lexsort((valid, key[valid], waiting))[0]]), None
+
+    def ties(self, obs: Mapping[str, np.ndarray], action_masks: Any = None) -> np.ndarray:
+        """Every action the rule ranks first (Select, Preempt, Route), as a boolean vector.
+
+        The rule's own action breaks ties by row order; an imitator that scores rows without
+        their position (``envs.sb3_policies``) cannot see that order, so it is taught the
+        whole set of equally good actions (``baselines/warm_start.py``).
+        """
+        if self.task not in ("Select", "Preempt", "Route"):
+            raise ValueError(f"ties are for discrete row actions, not {self.task}'s")
+        if self.task == "Route":
+            mask = np.asarray(obs["mask"] if action_masks is None else action_masks, dtype=bool)
+            column = np.asarray(obs["instances"], dtype=np.float64)[:, _backlog_column()]
+            out = np.zeros(mask.shape[0], dtype=bool)
+            if mask.any():
+                out[mask] = column[mask] == column[mask].min()
+            return out
+        table = np.asarray(obs["requests"], dtype=np.float64)
+        k = table.shape[0]
+        key = self._key(table)
+        rows = np.flatnonzero(np.asarray(obs["mask"], dtype=bool))
+        size = k if self.task == "Preempt" else k + 1
+        out = np.zeros(size, dtype=bool)
+        if self.task == "Select" and action_masks is not None:
+            rows = np.flatnonzero(np.asarray(action_masks)[:k])
+        if rows.size == 0:
+            if self.task == "Select":
+                out[k] = True
+            return out
+        rank = key[rows] if self.task == "Preempt" else np.stack(
+            [table[rows, _COL["is_running"]] < 0.5, key[rows]]
+        ).T
+        best = rank.min(axis=0) if rank.ndim == 1 else rank[np.lexsort(rank.T[::-1])[0]]
+        same = rank == best if rank.ndim == 1 else np.all(rank == best, axis=1)
+        out[rows[same]] = True
+        return out
+
+    @staticmethod
+    def _route(obs: Mapping[str, np.ndarray], action_masks: Any) -> int:
+        """The candidate of least backlog (``envs.route_v0``'s instance column ``backlog``)."""
+        mask = obs["mask"] if action_masks is None else action_masks
+        rows = np.flatnonzero(np.asarray(mask, dtype=bool))
+        if rows.size == 0:
+            return 0
+        backlog = np.asarray(obs["instances"], dtype=np.float64)[rows, _backlog_column()]
+        return int(rows[np.argmin(backlog)])
+
+
+def _backlog_column() -> int:
+    from llmsched_gym.envs.route_v0 import INSTANCE_FEATURES
+
+    return INSTANCE_FEATURES.index("backlog")
 

@@ -135,7 +135,7 @@ class PolicyRef:
                 from llmsched_gym.cluster.routers import make_router
 
                 return make_router("random")
-            return _wrap(task, RandomAgent(task.name, _TOP_K, seed), "random")
+            return wrap_agent(task, RandomAgent(task.name, _TOP_K, seed), "random")
         if self.kind == "oracle":
             if workload is None:
                 raise ConfigError(
@@ -148,7 +148,8 @@ class PolicyRef:
         if self.kind == "rule":
             from llmsched_gym.leaderboard.agents import RuleAgent
 
-            return _wrap(task, RuleAgent(self.spec.removeprefix("rule:"), task.name), self.name)
+            rule = RuleAgent(self.spec.removeprefix("rule:"), task.name)
+            return wrap_agent(task, rule, self.name)
         agent = SandboxedAgent(
             self.entry,
             task.name,
@@ -158,14 +159,14 @@ class PolicyRef:
             deadline_s=deadline_s,
             model=self.model,
         )
-        return _wrap(task, agent, self.name)
+        return wrap_agent(task, agent, self.name)
 
 
 _TOP_K = 16
 """The environments' default ``top_k``, which ``random`` acts with."""
 
 
-def _wrap(task: Any, agent: Any, name: str) -> Any:
+def wrap_agent(task: Any, agent: Any, name: str) -> Any:
     """An agent wrapped for the task's environment: ``AgentRouter`` or ``AgentPolicy``."""
     if task.interface == "router":
         from llmsched_gym.envs.adapters import AgentRouter

@@ -109,27 +109,38 @@ class TrainWorkloads:
         sources: Source names to train on (e.g. ``("sharegpt", "azure-conv")``); a source
             without a train split (a held-out trace) is an error.
         per_group: Workloads of each group per batch.
+        groups: (scenario, source) pairs to train on instead of every scenario with every
+            source (for tasks whose scenarios have different sources, e.g. Route's chat and
+            Text-to-SQL clusters); ``scenarios`` and ``sources`` are then ignored.
     """
 
     def __init__(
         self,
         suite: Suite,
         task: str,
-        scenarios: Sequence[str],
-        sources: Sequence[str],
+        scenarios: Sequence[str] = (),
+        sources: Sequence[str] = (),
         per_group: int = 1,
+        groups: Sequence[Sequence[str]] | None = None,
     ) -> None:
         if per_group < 1:
             raise ValueError(f"per_group must be >= 1, got {per_group}")
         self.task = suite.task(task).name
-        groups: dict[tuple[str, str], list[Workload]] = {
-            (sc, src): [] for sc in scenarios for src in sources
-        }
+        pairs = (
+            [(sc, src) for sc in scenarios for src in sources]
+            if groups is None
+            else [tuple(g) for g in groups]
+        )
+        if not pairs or any(len(p) != 2 for p in pairs):
+            raise ConfigError(
+                f"train groups must be (scenario, source) pairs, at least one; got {pairs}"
+            )
+        by_group: dict[tuple[str, str], list[Workload]] = {p: [] for p in pairs}
         for w in suite.train_workloads(self.task):
             key = (w.scenario_id, w.source)
-            if key in groups:
-                groups[key].append(check_train(w))
-        empty = [f"{sc}/{src}" for (sc, src), ws in groups.items() if not ws]
+            if key in by_group:
+                by_group[key].append(check_train(w))
+        empty = [f"{sc}/{src}" for (sc, src), ws in by_group.items() if not ws]
         if empty:
             raise ConfigError(
                 f"no train workloads for {empty} in task {self.task} of {suite.version} (a "
@@ -137,7 +148,7 @@ class TrainWorkloads:
                 f"'llmsched-gym leaderboard list --task {self.task}'"
             )
         self.suite = suite
-        self.groups = groups
+        self.groups = by_group
         self.per_group = per_group
 
     def batch(self, index: int) -> list[Workload]:
