@@ -41,7 +41,8 @@ def test_shipped_configs_are_runnable(path: Path) -> None:
     cfg = train.load_config(path)
     suite = load_suite(cfg["suite"])
     task = suite.task(cfg["task"])
-    TrainWorkloads(suite, task.name, cfg["train"]["scenarios"], cfg["train"]["sources"])
+    _, workloads = train._train_workloads(cfg)
+    assert isinstance(workloads, TrainWorkloads) and workloads.task == task.name
     ws = train.eval_workloads(suite, cfg)
     assert ws and all(w.split == "test" for w in ws)
     ids = {w.id for w in ws}
@@ -67,6 +68,23 @@ def test_bad_configs_name_the_problem(tmp_path) -> None:
         ({"train": {"scenarios": [], "sources": ["sharegpt"]}}, "train.scenarios must be a"),
         ({"work_conserving": True}, "work_conserving is a Select option, not Priority's"),
         ({"reward_baseline": 1}, "reward_baseline must be a str"),
+        ({"train": {"groups": [["chat-knee"]]}}, r"train.groups must be a non-empty list of"),
+        (
+            {"train": {"groups": [["chat-knee", "sharegpt"]], "sources": ["sharegpt"]}},
+            "given instead of train.scenarios and train.sources",
+        ),
+        ({"target": {"rule": 3, "paired_low": 0.98}}, "a target against a rule needs"),
+        ({"target": {"rule": "rule:shortest-prompt"}}, "a target against a rule needs"),
+        ({"checkpoints": 2, "restarts": 2}, "it selects within one run"),
+        ({"warm_start": {"episodes": 2}}, r"warm_start.expert is required"),
+        ({"warm_start": {"expert": "rule:x", "episodes": 2, "x": 1}}, "unknown key"),
+        ({"warm_start": {"expert": "vllm-v1", "episodes": 2}}, "must be a built-in rule"),
+        ({"warm_start": {"expert": "rule:least-backlog", "episodes": 2}}, "has no Priority form"),
+        ({"warm_start": {"expert": "rule:shortest-prompt", "episodes": 0}}, "must be positive"),
+        (
+            {"warm_start": {"expert": "rule:shortest-prompt", "episodes": 1, "epochs": True}},
+            "warm_start.epochs must be a int",
+        ),
         (
             {
                 "task": "Select",
