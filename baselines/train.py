@@ -798,6 +798,76 @@ def paired_lines(
     ]
 
 
+def plot_curves(cfg: dict[str, Any], out: Path, seeds: list[int]) -> Path | None:
+    """The recipe's learning curves, every seed, with the rule's and the reference's lines.
+
+    Top: each seed's policies along training (the warm start at 0 steps, then the
+    checkpoints), scored deterministically against the task's reference on the held-back
+    train workloads, beside the target rule scored on the same workloads (reference = 1).
+    Bottom: the running mean of the training episodes' ``vs_reference`` (shaped recipes) or
+    return, per seed. Written to ``out/curves.png``; ``None`` when no seed has checkpoints.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from llmsched_gym.leaderboard.run import run_all
+    from llmsched_gym.leaderboard.score import geometric_score
+    from llmsched_gym.leaderboard.suite import load_suite
+
+    records = {}
+    for seed in seeds:
+        path = out / f"seed{seed}" / "train.json"
+        if path.is_file():
+            records[seed] = json.loads(path.read_text())
+    records = {s: r for s, r in records.items() if r.get("checkpoints")}
+    if not records:
+        return None
+    suite = load_suite(cfg["suite"])
+    task = suite.task(cfg["task"])
+    rule = (cfg.get("target") or {}).get("rule")
+    held_ids = next(iter(records.values()))["validation_workloads"]
+    held = [w for w in suite.train_workloads(task.name) if w.id in held_ids]
+    lines = {f"{task.reference} (reference)": 1.0}
+    if rule:
+        rows = run_all(suite, [(p, w) for p in (task.reference, rule) for w in held], desc=rule)
+        ref, mine = rows[: len(held)], rows[len(held) :]
+        lines[f"{rule} (rule)"] = geometric_score(
+            a["value"] / b["value"] for a, b in zip(ref, mine, strict=True)
+        ).value
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 7))
+    for seed, rec in records.items():
+        pts = rec["checkpoints"]
+        top.plot(
+            [c["timesteps"] for c in pts], [c["validation_score"] for c in pts], "o-",
+            label=f"seed {seed}",
+        )  # fmt: skip
+        curve = out / f"seed{seed}" / "learning_curve.csv"
+        if curve.is_file():
+            frame = pd.read_csv(curve)
+            column = "vs_reference" if frame["vs_reference"].notna().any() else "return"
+            window = max(1, len(frame) // 10)
+            bottom.plot(
+                frame["timesteps"], frame[column].rolling(window, min_periods=1).mean(),
+                label=f"seed {seed}",
+            )  # fmt: skip
+            bottom.set_ylabel(f"training episodes' {column} (running mean)")
+    for (name, value), style in zip(lines.items(), ("--", ":"), strict=False):
+        top.axhline(value, color="grey" if "reference" in name else "black", ls=style, label=name)
+    top.set_ylabel(f"score vs {task.reference}, {len(held)} held-back train workloads")
+    top.set_title(f"{cfg['name']} ({task.name}): every seed along training")
+    bottom.set_xlabel("environment steps (0: the warm start)")
+    for ax in (top, bottom):
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _finished(folder: Path) -> bool:
     """Whether a seed folder holds a finished run: its training record and its test results."""
     return (folder / "train.json").is_file() and (folder / "results.csv").is_file()
@@ -855,6 +925,9 @@ def main(argv: list[str] | None = None) -> int:
         if per_seed:
             print(text)
             print(f"wrote {out}/summary.csv and summary.md")
+            curves = plot_curves(cfg, out, args.seeds)
+            if curves is not None:
+                print(f"wrote {curves}")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
