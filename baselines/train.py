@@ -137,7 +137,9 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: work_conserving is a Select option, not {data['task']}'s")
     if data["timesteps"] < 1 or data.get("n_envs", 1) < 1:
         raise ConfigError(f"{path}: timesteps and n_envs must be positive")
-    data.setdefault("suite", "llmsched-v1")
+    from llmsched_gym.leaderboard.suite import SUITE_VERSION
+
+    data.setdefault("suite", SUITE_VERSION)  # the current suite (v1's recipes say so)
     data.setdefault("n_envs", 1)
     data.setdefault("normalize_reward", False)
     data.setdefault("hyperparams", {})
