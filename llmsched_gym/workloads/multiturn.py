@@ -43,6 +43,7 @@ from llmsched_gym.errors import TraceError
 
 __all__ = [
     "GENERATED_VOCAB_SIZE",
+    "MAX_CONVERSATION_LEN",
     "RESERVED_IDS",
     "mooncake_parents",
     "mooncake_sessions",
@@ -55,6 +56,16 @@ RESERVED_IDS = 16
 """Low ids (BOS, EOS, padding in real vocabularies) are never synthesised."""
 GENERATED_VOCAB_SIZE = 32_000
 """Synthesised ids lie below this: Llama-2's vocabulary, the smallest of the common models."""
+
+MAX_CONVERSATION_LEN = 2**24
+"""Most tokens (prompt plus output) of one request of a conversation: 16,777,216.
+
+A request alone is a length until the engine refuses one that cannot fit its KV cache, before
+anything is allocated; a conversation's ids are built when the trace is read, about 60 bytes a
+token while they are made (8 once made), so a turn of 2**31 - 1 tokens would ask for over 100
+GiB before any engine saw it. ``resolve_turns`` checks every length against this first. It is
+above every context vLLM serves (Llama 4 Scout's 10M tokens) and costs about 1 GiB to build.
+"""
 
 _MASK = (1 << 64) - 1
 
@@ -209,6 +220,51 @@ def _history_order(
     return order
 
 
+def _check_lengths(
+    order: Sequence[str],
+    members: set[str],
+    by_id: Mapping[str, RequestSpec],
+    where: Mapping[str, str],
+) -> None:
+    """Refuse, before any id is built, a conversation request that would be too long to build.
+
+    Every member's resolved prompt (history plus new tokens) plus its output must stay within
+    ``MAX_CONVERSATION_LEN``; lengths are added up in history order, parents first. A turn of a
+    parent with a ``cancel_time`` is refused here too: see ``resolve_turns``.
+    """
+    prompt: dict[str, int] = {}
+    for rid in order:
+        if rid not in members:
+            continue
+        spec = by_id[rid]
+        at = where.get(rid, f"request {rid!r}")
+        pid = spec.parent_request_id
+        if pid is None:
+            prompt[rid] = spec.prompt_len
+        else:
+            parent = by_id[pid]
+            if parent.cancel_time is not None:
+                raise TraceError(
+                    f"{at}: request {rid!r} continues {pid!r}, which has a cancel_time "
+                    f"({parent.cancel_time!r} s): a cancelled request returns only the tokens "
+                    "generated before the cancel, a number the schedule decides, so this turn's "
+                    f"history is unknown; drop {pid!r}'s cancel_time, or drop this turn's "
+                    "parent_request_id and give its whole prompt"
+                )
+            history = prompt[pid] + parent.output_len
+            given = spec.prompt_token_ids is not None
+            prompt[rid] = history + spec.prompt_len if given else max(spec.prompt_len, history)
+        total = prompt[rid] + spec.output_len
+        if total > MAX_CONVERSATION_LEN:
+            what = "its history plus new prompt" if pid is not None else "its prompt"
+            raise TraceError(
+                f"{at}: request {rid!r} of a conversation is too long: {what} "
+                f"({prompt[rid]:,} tokens) plus its output_len ({spec.output_len:,}) = "
+                f"{total:,} tokens, above MAX_CONVERSATION_LEN = {MAX_CONVERSATION_LEN:,} "
+                "(a conversation's token ids are built when the trace is read); shorten it"
+            )
+
+
 def resolve_turns(
     specs: Sequence[RequestSpec],
     *,
@@ -237,10 +293,16 @@ def resolve_turns(
     Returns:
         The resolved specs, one per input spec, in the same order.
 
+    A turn of a parent with a ``cancel_time`` is refused: vLLM returns a cancelled request's
+    partial output, so the client's next prompt holds only what was generated before the cancel,
+    and how much that is depends on the schedule, which is not known when the trace is read.
+
     Raises:
         TraceError: A parent that is not in ``specs``, a parent arriving after its turn, a
             cycle of parents, a turn whose ``prompt_len`` is shorter than its parent's prompt
-            plus output, or a turn given by ``block_hashes``; the message names the request.
+            plus output, a turn given by ``block_hashes``, a turn of a parent with a
+            ``cancel_time``, or a member longer than ``MAX_CONVERSATION_LEN`` tokens (prompt
+            plus output; checked before any id is built); the message names the request.
     """
     _check_vocab(vocab_size)
     where = where or {}
@@ -250,6 +312,7 @@ def resolve_turns(
     order = _history_order(specs, by_id, where)
     parents = {s.parent_request_id for s in specs if s.parent_request_id is not None}
     members = parents | {s.request_id for s in specs if s.parent_request_id is not None}
+    _check_lengths(order, members, by_id, where)
     resolved: dict[str, RequestSpec] = {}
     for rid in order:
         if rid not in members:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +17,7 @@ from llmsched_gym.errors import TraceError
 from llmsched_gym.workloads import load_trace, save_trace
 from llmsched_gym.workloads.multiturn import (
     GENERATED_VOCAB_SIZE,
+    MAX_CONVERSATION_LEN,
     RESERVED_IDS,
     _mix_array,
     _stream,
@@ -164,6 +169,11 @@ def _turn(rid, parent, arrival=1.0, **fields):
             r"trace\.jsonl:2: request 'b' continues 'a' and gives 'block_hashes'",
         ),
         ([ROOT, _turn("b", "", prompt_len=9)], r"field 'parent_request_id' must be a non-empty"),
+        (
+            [{**ROOT, "cancel_time": 0.5}, _turn("b", "a", prompt_token_ids=[1])],
+            r"trace\.jsonl:2: request 'b' continues 'a', which has a cancel_time \(0\.5 s\): a "
+            r"cancelled request returns only the tokens generated before the cancel",
+        ),
     ],
 )
 def test_bad_turns_name_the_request_and_the_problem(tmp_path, records, message):
@@ -180,3 +190,53 @@ def test_a_parent_cut_off_by_limit_says_so(tmp_path: Path):
 def test_resolve_turns_leaves_traces_without_turns_alone():
     specs = [RequestSpec("a", 0.0, 3, 1, 1), RequestSpec("b", 0.0, 2, 1, 1, (1, 2))]
     assert resolve_turns(specs) == specs
+
+
+_UNDER_MEMORY_LIMIT = """
+import resource, sys
+from llmsched_gym.errors import TraceError
+from llmsched_gym.workloads import load_trace
+vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + 256 * 2**20, resource.RLIM_INFINITY))
+for path in sys.argv[1:]:
+    try:
+        load_trace(path)
+    except TraceError as err:
+        print("TraceError", err)
+    except MemoryError:
+        print("MemoryError", path)
+"""
+
+
+def test_an_oversize_conversation_is_refused_before_its_ids_are_built(tmp_path: Path):
+    """A turn of 2**31 - 1 tokens, or a parent of 10**8 output tokens: refused, not allocated.
+
+    Run under a 256 MiB address-space allowance: building either one's ids needs gigabytes.
+    """
+    big_turn = [ROOT, _turn("b", "a", prompt_len=2**31 - 1)]
+    big_parent = [{**ROOT, "output_len": 10**8}, _turn("b", "a", prompt_token_ids=[1])]
+    paths = []
+    for name, records in (("turn", big_turn), ("parent", big_parent)):
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in records))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.run(
+        [sys.executable, "-c", _UNDER_MEMORY_LIMIT, *map(str, paths)],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    )  # fmt: skip
+    turn, parent = run.stdout.splitlines()
+    assert turn.startswith("TraceError") and "turn.jsonl:2: request 'b'" in turn
+    assert "2,147,483,649 tokens, above MAX_CONVERSATION_LEN = 16,777,216" in turn
+    assert parent.startswith("TraceError") and "parent.jsonl:1: request 'a'" in parent
+    assert "its prompt (3 tokens) plus its output_len (100,000,000)" in parent
+
+
+def test_a_conversation_request_may_reach_max_conversation_len():
+    a = RequestSpec("a", 0.0, 3, 4, 4, prompt_token_ids=(5, 6, 7))
+    out = MAX_CONVERSATION_LEN - 8  # b's prompt: 3 + 4 tokens of history + 1 new one
+    b = RequestSpec("b", 1.0, 1, out, out, prompt_token_ids=(1,), parent_request_id="a")
+    assert resolve_turns([a, b])[1].prompt_len + out == MAX_CONVERSATION_LEN
+    longer = dataclasses.replace(b, prompt_len=2, prompt_token_ids=(1, 2))
+    with pytest.raises(TraceError, match=r"request 'b' of a conversation is too long: .* = "
+                       r"16,777,217 tokens"):  # fmt: skip
+        resolve_turns([a, longer])
