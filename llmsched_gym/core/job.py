@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmsched_gym.core.request import RequestSpec
-from llmsched_gym.errors import TraceError
+from llmsched_gym.errors import ConfigError, TraceError
 
 __all__ = ["Job", "JobState", "JobTracker", "Stage"]
 
@@ -42,7 +42,8 @@ class Stage:
     """Names of the stages that must finish before this one is released."""
     build: Callable[[float], Sequence[RequestSpec]] | None = None
     """Decides the requests at release instead of ``requests`` (gets the release time); must be
-    deterministic. Hidden from policies until it runs."""
+    deterministic, and give no request a ``cancel_time`` (a job cannot lose a request). Hidden
+    from policies until it runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,12 @@ class JobTracker:
                         raise TraceError(
                             f"job {job.job_id!r}: stage {stage.name!r} built {spec!r}; "
                             "expected RequestSpecs with release offsets >= 0"
+                        )
+                    if spec.cancel_time is not None:  # as Engine.add_jobs for fixed stages
+                        raise ConfigError(
+                            f"job {job.job_id!r}: stage {stage.name!r} built request "
+                            f"{spec.request_id!r} with a cancel_time; a job cannot lose a "
+                            "request (cancel_time is for single requests)"
                         )
             self._open[key] = len(specs)
             state.num_released += len(specs)

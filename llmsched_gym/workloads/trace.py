@@ -28,7 +28,8 @@ deadline_s          float     optional, finite (same clock as arrival_time)
 cancel_time         float     optional, finite, >= arrival_time: when the client cancels
                               (disconnect or timeout, same clock as arrival_time); the
                               engine aborts the request, as vLLM does, at the first step
-                              start at or after it unless it finished by then
+                              start at or after it unless it finished by then; not
+                              with job_id or stage (a job cannot lose a request)
 job_id, stage,      str       optional
 client_id
 parent_request_id   str       optional: the earlier request (turn) of the same trace this
@@ -348,6 +349,14 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
     cancel_time = None if cancel_value is None else rec.finite_float("cancel_time", cancel_value)
     if cancel_time is not None and cancel_time < arrival_time:
         raise rec.fail("cancel_time", f"a number >= arrival_time ({arrival_time!r})", cancel_value)
+    job_id, stage = rec.optional_str("job_id"), rec.optional_str("stage")
+    if cancel_time is not None and (job_id is not None or stage is not None):
+        field, value = ("job_id", job_id) if job_id is not None else ("stage", stage)
+        raise TraceError(
+            f"{where}: field 'cancel_time' is not allowed on a request of a job ({field} "
+            f"{value!r}): a job cannot lose a request (its latency would be undefined); "
+            f"drop cancel_time, or {field}"
+        )
 
     return RequestSpec(
         request_id=request_id,
@@ -364,8 +373,8 @@ def request_from_dict(record: Mapping[str, Any], where: str = "<request>") -> Re
         slo_tpot_s=slo["slo_tpot_s"],
         deadline_s=deadline_s,
         cancel_time=cancel_time,
-        job_id=rec.optional_str("job_id"),
-        stage=rec.optional_str("stage"),
+        job_id=job_id,
+        stage=stage,
         client_id=rec.optional_str("client_id"),
         parent_request_id=parent_request_id,
     )

@@ -141,3 +141,19 @@ def test_jobs_and_clusters_refuse_cancel_times() -> None:
     cluster = Cluster([InstanceSpec("i0", ConstantCostModel(1.0), cfg, "vllm-v1")], "round-robin")
     with pytest.raises(ConfigError, match="request 'r' has a cancel_time"):
         cluster.add([cancelled(spec("r", 4), 1.0)])
+
+
+def test_a_built_stage_or_a_job_line_may_not_carry_a_cancel_time() -> None:
+    """A build stage's requests are checked at release; a trace line of a job when read."""
+    eng, _ = tiny_engine()
+    late = Stage("fix", after=("s",), build=lambda now: [cancelled(spec("r2", 4), 9.0)])
+    eng.add_jobs([Job("j", 0.0, (Stage("s", (spec("r1", 4),)), late))])
+    with pytest.raises(ConfigError, match="job 'j': stage 'fix' built request 'r2' with a "
+                       "cancel_time; a job cannot lose a request"):  # fmt: skip
+        eng.run()
+    row = {"request_id": "r", "arrival_time": 0.0, "prompt_len": 4, "output_len": 2,
+           "cancel_time": 1.0}  # fmt: skip
+    for field in ("job_id", "stage"):
+        with pytest.raises(TraceError, match=rf"t\.jsonl:3: field 'cancel_time' is not allowed "
+                           rf"on a request of a job \({field} 'q'\)"):  # fmt: skip
+            request_from_dict({**row, field: "q"}, "t.jsonl:3")
