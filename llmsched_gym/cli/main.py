@@ -439,6 +439,7 @@ def _main(argv: list[str] | None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         _unrecognized(parser, args, extra)
+    committed = len(common.COMMITTED)
     try:
         return args.func(args)
     except (LLMSchedError, FileNotFoundError) as exc:
@@ -454,8 +455,15 @@ def _main(argv: list[str] | None) -> int:
         print(f"llmsched-gym {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # Output sets are swapped in only when complete: an interruption leaves the old one.
-        print(f"llmsched-gym {args.command}: interrupted; no output written", file=sys.stderr)
+        # Output sets are swapped in only when complete (a Ctrl-C waits for a swap to end): an
+        # interruption leaves the old set, or the new one whole if it came after the swap.
+        written = common.COMMITTED[committed:]
+        what = (
+            f"wrote {', '.join(f'{p}/' for p in written)} (complete) before it"
+            if written
+            else "no output written"
+        )
+        print(f"llmsched-gym {args.command}: interrupted; {what}", file=sys.stderr)
         return 130
 
 

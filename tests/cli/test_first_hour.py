@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from llmsched_gym.cli import common
 from llmsched_gym.cli import main as cli
 from llmsched_gym.cli.main import build_parser, main
 
@@ -183,6 +189,84 @@ def test_a_folder_of_other_files_is_never_replaced(tmp_path: Path, capsys) -> No
     code, _, err = run(capsys, "simulate", "--num-requests", "5", "--out", str(tmp_path))
     assert code == 2 and "notes.txt" in err
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_files_named_like_outputs_are_the_users_and_never_replaced(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "o"
+    base = ["simulate", "--num-requests", "5", "--out", str(out), "--no-progress"]
+    assert run(capsys, *base)[0] == 0
+    for name in ("summary.analysis.md", "requests.2023-backup.csv", "steps.csv"):
+        (out / name).write_text("mine")  # steps.csv: a known name the manifest does not list
+        code, _, err = run(capsys, *base)
+        assert code == 2 and name in err and "give a new or empty folder" in err
+        assert (out / name).read_text() == "mine"
+        (out / name).unlink()
+    assert run(capsys, *base)[0] == 0
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_run_removes_the_temporary_folders_of_dead_runs_only(tmp_path: Path, capsys) -> None:
+    out, host = tmp_path / "o", common._host()
+    dead, live = _dead_pid(), os.getppid()
+    stale = [f".o.partial-{dead}@{host}-abcd1234", f".o.old-{dead}@{host}-abcd1234",
+             ".o.partial-oldstyle"]  # fmt: skip
+    kept = [f".o.partial-{live}@{host}-abcd1234", f".o.partial-{dead}@elsewhere-abcd1234",
+            ".o.partial-newstyle", ".o.partial-notmine", ".p.partial-abcdefgh"]  # fmt: skip
+    for name in stale + kept:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "requests.csv").write_text("x")
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(tmp_path / ".o.partial-oldstyle", (two_days_ago, two_days_ago))
+    code, _, _ = run(capsys, "simulate", "--num-requests", "5", "--out", str(out), "--no-progress")
+    assert code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["o", *kept])
+
+
+def test_a_run_killed_mid_swap_gets_its_old_set_back(tmp_path: Path) -> None:
+    """Killed between commit's two renames: ``out`` is gone, its old set in ``.o.old-*/set``."""
+    out = tmp_path / "o"
+    old = tmp_path / f".o.old-{_dead_pid()}@{common._host()}-abcd1234"
+    (old / "set").mkdir(parents=True)
+    (old / "set" / "summary.json").write_text("{}")
+    output = common.OutputSet(out).prepare()
+    assert (out / "summary.json").read_text() == "{}" and not old.exists()
+    output.discard()
+
+
+def test_a_ctrl_c_during_the_swap_waits_for_it_and_says_what_was_written(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    out, plain = tmp_path / "o", ["manifest.json", "requests.csv", "summary.json"]
+    base = ["simulate", "--num-requests", "30", "--out", str(out), "--no-progress"]
+    assert run(capsys, *base, "--record-steps")[0] == 0
+    replace = os.replace
+
+    def interrupted_replace(src, dst):  # Ctrl-C right after the old set is moved aside
+        replace(src, dst)
+        if Path(src) == out:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(common.os, "replace", interrupted_replace)
+    code, _, err = run(capsys, *base)
+    assert code == 130
+    assert err.strip() == f"llmsched-gym simulate: interrupted; wrote {out}/ (complete) before it"
+    assert sorted(p.name for p in out.iterdir()) == plain
+
+    def failing_replace(src, dst):  # the new set cannot be moved in: the old one comes back
+        if Path(dst) == out and ".partial-" in str(src):
+            raise OSError(28, "No space left on device")
+        replace(src, dst)
+
+    monkeypatch.setattr(common.os, "replace", failing_replace)
+    code, _, err = run(capsys, *base, "--record-steps")
+    assert code == 2 and "No space left on device" in err
+    assert sorted(p.name for p in out.iterdir()) == plain
+    assert [p.name for p in tmp_path.iterdir()] == ["o"]
 
 
 # --- help -------------------------------------------------------------------------------------
