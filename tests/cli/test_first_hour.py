@@ -35,6 +35,12 @@ def test_default_compare_tells_a_story(tmp_path: Path, capsys) -> None:
     assert lines[0].startswith("chat-sharegpt-overload-v0 (1,000 requests) on vidur:llama-2-7b")
     assert "max_num_batched_tokens=8192" in lines[0]
     assert any(line.startswith("Rows differ because requests queue") for line in lines)
+    # slo_attainment is 0.009 in every row: one line says which SLO and why.
+    assert (
+        "slo_attainment: the share of requests with TTFT < 1 s and TPOT < 0.05 s; under vllm-v1,"
+        " 5.4% meet the TTFT bound" in stdout
+    )
+    assert "0.9% meet every bound: this load is beyond what the setting serves" in stdout
     rows = (out / "comparison.csv").read_text().splitlines()
     header = rows[0].split(",")
     same = {r.split(",")[0]: r.split(",")[header.index("same_as")] for r in rows[1:]}
