@@ -9,6 +9,7 @@ decision (``_advance``).
 from __future__ import annotations
 
 import math
+import sys
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -428,7 +429,11 @@ class LLMSchedEnv(gym.Env):
         return info
 
     def render(self) -> str | None:
-        """A compact text view: clock, queues, KV use and the visible requests."""
+        """A compact text view: clock, queues, KV use and the visible requests.
+
+        ``render_mode="ansi"`` returns it; ``"human"`` writes it to stderr at every reset and
+        step (and on ``render()``), never to stdout.
+        """
         if self.engine is None:
             return None
         eng = self.engine
@@ -447,9 +452,13 @@ class LLMSchedEnv(gym.Env):
         return self._emit("\n".join(lines))
 
     def _emit(self, text: str) -> str | None:
-        """A rendered view: printed in ``human`` mode (returns None), returned otherwise."""
+        """A rendered view: written to stderr in ``human`` mode (returns None), else returned.
+
+        stderr, as progress bars: stdout stays the program's own output, and Gymnasium's
+        ``check_env``, which renders every declared mode once, leaves it clean.
+        """
         if self.render_mode == "human":
-            print(text)
+            print(text, file=sys.stderr)
             return None
         return text
 

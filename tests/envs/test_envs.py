@@ -130,6 +130,16 @@ def test_render_ansi() -> None:
     assert text.startswith("Select t=") and "running=" in text
 
 
+def test_check_env_with_render_checks_leaves_stdout_clean(capsys) -> None:
+    """Gymnasium's check_env renders every declared mode once; human goes to stderr."""
+    eid = env_id("Select", "chat-azure-conv-v0")
+    env = gym.make(eid, scenario_overrides=SMALL["chat-azure-conv-v0"])
+    check_env(env.unwrapped)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("Select t=0.000s") == 2  # human mode: at reset, and render()
+
+
 def test_oracle_column_only_with_oracle() -> None:
     plain = make("Priority")
     oracle = make("Priority", oracle=True)
