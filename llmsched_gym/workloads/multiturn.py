@@ -229,8 +229,7 @@ def _check_lengths(
     """Refuse, before any id is built, a conversation request that would be too long to build.
 
     Every member's resolved prompt (history plus new tokens) plus its output must stay within
-    ``MAX_CONVERSATION_LEN``; lengths are added up in history order, parents first. A turn of a
-    parent with a ``cancel_time`` is refused here too: see ``resolve_turns``.
+    ``MAX_CONVERSATION_LEN``; lengths are added up in history order, parents first.
     """
     prompt: dict[str, int] = {}
     for rid in order:
@@ -243,14 +242,6 @@ def _check_lengths(
             prompt[rid] = spec.prompt_len
         else:
             parent = by_id[pid]
-            if parent.cancel_time is not None:
-                raise TraceError(
-                    f"{at}: request {rid!r} continues {pid!r}, which has a cancel_time "
-                    f"({parent.cancel_time!r} s): a cancelled request returns only the tokens "
-                    "generated before the cancel, a number the schedule decides, so this turn's "
-                    f"history is unknown; drop {pid!r}'s cancel_time, or drop this turn's "
-                    "parent_request_id and give its whole prompt"
-                )
             history = prompt[pid] + parent.output_len
             given = spec.prompt_token_ids is not None
             prompt[rid] = history + spec.prompt_len if given else max(spec.prompt_len, history)
@@ -293,16 +284,22 @@ def resolve_turns(
     Returns:
         The resolved specs, one per input spec, in the same order.
 
-    A turn of a parent with a ``cancel_time`` is refused: vLLM returns a cancelled request's
-    partial output, so the client's next prompt holds only what was generated before the cancel,
-    and how much that is depends on the schedule, which is not known when the trace is read.
+    A replay is open-loop: a turn's prompt is what the trace says its client sent, whatever the
+    schedule does to the parent. Its history holds the parent's ``output_len`` answer ids even
+    when the parent has not generated them all when the turn arrives (it is still decoding, or
+    its ``cancel_time`` aborts it first): the turn then hits only the parent blocks computed and
+    cached by then and computes the rest as prompt, as vLLM would given the same prompt
+    (differential-tested, cancelled parents included). A trace recorded from a service, where a
+    cancelled request returns its partial output, gives such a parent the ``output_len`` its
+    client received, so the turn holds exactly that; a turn released only once its parent
+    finishes is a job stage (``mooncake_sessions``), where ``cancel_time`` is refused.
 
     Raises:
         TraceError: A parent that is not in ``specs``, a parent arriving after its turn, a
             cycle of parents, a turn whose ``prompt_len`` is shorter than its parent's prompt
-            plus output, a turn given by ``block_hashes``, a turn of a parent with a
-            ``cancel_time``, or a member longer than ``MAX_CONVERSATION_LEN`` tokens (prompt
-            plus output; checked before any id is built); the message names the request.
+            plus output, a turn given by ``block_hashes``, or a member longer than
+            ``MAX_CONVERSATION_LEN`` tokens (prompt plus output; checked before any id is
+            built); the message names the request.
     """
     _check_vocab(vocab_size)
     where = where or {}

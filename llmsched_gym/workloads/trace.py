@@ -48,11 +48,13 @@ tokens, then the new turn's tokens. The line gives the new turn either as ``prom
 **only the new turn's ids** (may be empty), or as ``prompt_len``, the **total** prompt length
 (history plus new turn, at least the parent's ``prompt_len + output_len``; the new tokens then
 get deterministic ids), not both, and no ``block_hashes``. The parent must be in the file and
-arrive no later than the turn; parents may not form a cycle; a parent with a ``cancel_time`` has
-no turn (vLLM returns a cancelled request's partial output, whose length the schedule decides,
-so the turn's history is unknown). A conversation's ids are built when the file is read, so each
-of its requests holds at most ``MAX_CONVERSATION_LEN`` (2**24) tokens, prompt plus output, checked
-before anything is built. Generated tokens of a parent get
+arrive no later than the turn; parents may not form a cycle. A conversation's ids are built
+when the file is read, so each of its requests holds at most ``MAX_CONVERSATION_LEN`` (2**24)
+tokens, prompt plus output, checked before anything is built. The replay is open-loop: a turn's
+history is the parent's whole ``output_len`` answer even if the parent is still decoding when the
+turn arrives, or is aborted first by its ``cancel_time``; the turn then hits only what the parent
+computed (for a cancelled parent, record the ``output_len`` its client received, as vLLM returns a
+cancelled request's partial output). Generated tokens of a parent get
 deterministic ids (``workloads.multiturn.token_ids``: a function of the request id, the
 ``seed`` of ``load_trace``, 0 by default, and the position, in ``[16, 32000)``), so the turn's
 prompt holds exactly what the parent generated and hits the parent's cached blocks of prompt

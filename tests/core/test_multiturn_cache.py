@@ -5,6 +5,7 @@ Tiny engines (block_size 4) with block ids counted by hand, as in vLLM's test_pr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -70,6 +71,22 @@ def test_turn_arriving_while_the_parent_decodes_hits_what_is_registered():
     eng.add_requests(_turns(child_arrival=3.0))
     eng.run()
     assert _admissions(log.getvalue(), "b") == [(3, 12)]
+
+
+def test_a_turn_of_a_cancelled_parent_holds_its_whole_answer_and_hits_what_was_computed():
+    """Open-loop replay: the trace fixes the turn's prompt; the abort decides what it hits."""
+    parent, child = _turns(child_arrival=20.0)
+    parent = dataclasses.replace(parent, cancel_time=2.5)
+    assert child.prompt_token_ids == PARENT_PROMPT + parent.output_token_ids + (91, 92, 93)
+    eng, log = tiny_engine(num_gpu_blocks=12, log=True)
+    eng.add_requests([parent, child])
+    eng.run()
+    # Steps at t = 0, 1, 2 computed 10 prompt + 2 generated tokens; the abort before the step
+    # at t = 3 frees blocks 1 2 3 (full, cached): the child hits their 12 tokens, computes the
+    # answer's other 5 tokens and its own 3 as prompt.
+    assert [r.request_id for r in eng.aborted] == ["a"]
+    assert eng.aborted[0].num_output_tokens == 3
+    assert _admissions(log.getvalue(), "b") == [(3, 12)]  # step 3, at t = 20
 
 
 @pytest.mark.parametrize(("filler_len", "hit"), [(40, 4), (44, 0)])

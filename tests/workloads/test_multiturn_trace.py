@@ -169,11 +169,6 @@ def _turn(rid, parent, arrival=1.0, **fields):
             r"trace\.jsonl:2: request 'b' continues 'a' and gives 'block_hashes'",
         ),
         ([ROOT, _turn("b", "", prompt_len=9)], r"field 'parent_request_id' must be a non-empty"),
-        (
-            [{**ROOT, "cancel_time": 0.5}, _turn("b", "a", prompt_token_ids=[1])],
-            r"trace\.jsonl:2: request 'b' continues 'a', which has a cancel_time \(0\.5 s\): a "
-            r"cancelled request returns only the tokens generated before the cancel",
-        ),
     ],
 )
 def test_bad_turns_name_the_request_and_the_problem(tmp_path, records, message):
