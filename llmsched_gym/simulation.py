@@ -129,7 +129,8 @@ def simulate(
     rest are served; ``summary["num_refused"]`` counts them. Requests whose ``cancel_time``
     comes before they finish are aborted (``summary["num_aborted"]``; their records have a
     NaN ``finish_time_s``). A job cannot lose a request, so an
-    over-long request in a job is an error.
+    over-long request in a job is an error, and so is a ``cancel_time`` on a request of a job
+    (``job_id`` or ``stage`` set, or a stage's).
 
     The schedule log (JSONL, one line per engine step, DESIGN.md contract) is written atomically:
     on any error no partial file is left behind.
@@ -156,6 +157,12 @@ def simulate(
     for x in specs:
         if not isinstance(x, RequestSpec):
             raise ConfigError(f"a workload holds RequestSpecs and Jobs, got {type(x).__name__}")
+        if x.cancel_time is not None and (x.job_id is not None or x.stage is not None):
+            raise ConfigError(
+                f"request {x.request_id!r} has a cancel_time and belongs to job "
+                f"{x.job_id!r} (stage {x.stage!r}); a job cannot lose a request (its latency "
+                "would be undefined): drop the cancel_time, or the job_id and stage"
+            )
     specs, refused = cfg.admit(specs)
     if jobs and cfg.max_model_len is not None:
         from llmsched_gym.workloads.stats import flatten_requests

@@ -153,6 +153,8 @@ def test_a_built_stage_or_a_job_line_may_not_carry_a_cancel_time() -> None:
         eng.run()
     row = {"request_id": "r", "arrival_time": 0.0, "prompt_len": 4, "output_len": 2,
            "cancel_time": 1.0}  # fmt: skip
+    with pytest.raises(ConfigError, match="request 'r' has a cancel_time and belongs to job 'q'"):
+        simulate([dataclasses.replace(cancelled(spec("r", 4), 1.0), job_id="q")], {"block_size": 4})
     for field in ("job_id", "stage"):
         with pytest.raises(TraceError, match=rf"t\.jsonl:3: field 'cancel_time' is not allowed "
                            rf"on a request of a job \({field} 'q'\)"):  # fmt: skip
