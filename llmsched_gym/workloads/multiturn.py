@@ -458,6 +458,8 @@ def mooncake_sessions(
         dataclasses.replace(s, block_hashes=None) if s.parent_request_id is not None else s
         for s in linked
     ]
+    by_id = {s.request_id: s for s in linked}
+    _check_lengths([s.request_id for s in linked], set(by_id), by_id, {})  # every one gets ids
     resolved = resolve_turns(linked, seed=seed, vocab_size=vocab_size, reuse_answers=reuse_answers)
     # Requests outside conversations get ids from their hashes too, so that every prefix equal
     # by hash (the system prompt every request starts with) stays shared.

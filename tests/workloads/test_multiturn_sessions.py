@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmsched_gym.core.request import RequestSpec
+from llmsched_gym.errors import TraceError
 from llmsched_gym.scenarios import load_scenario
 from llmsched_gym.workloads.multiturn import mooncake_parents, mooncake_sessions
 
@@ -77,3 +78,10 @@ def test_chat_multiturn_scenario_hits_earlier_answers():
         rates[reuse] = (result.summary["prefix_cache_hit_rate"], answer_hits)
     assert rates[True][1] > 5_000 and rates[False][1] == 0
     assert rates[True][0] > rates[False][0] > 0.1
+
+
+def test_an_oversize_request_outside_conversations_is_refused_before_its_ids_are_built():
+    specs = [_mc("a", 0.0, 1100, 50, [0, 1, 2]), _mc("z", 1.0, 2**31 - 1, 5, [0, 9])]
+    with pytest.raises(TraceError, match=r"request 'z' of a conversation is too long: its prompt "
+                       r"\(2,147,483,647 tokens\)"):  # fmt: skip
+        mooncake_sessions(specs)
