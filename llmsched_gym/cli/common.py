@@ -303,10 +303,11 @@ class OutputSet:
             raise ConfigError(f"{self.flag} {out}: is a file, not a folder; give a folder path")
         _remove_stale(out)
         if out.is_dir():
-            foreign = sorted(p.name for p in out.iterdir() if p.name not in _owned(out))
+            owned = _owned(out)
+            foreign = sorted(p.name for p in out.iterdir() if p.name not in owned)
             if foreign:
                 raise ConfigError(
-                    f"{self.flag} {out}: the folder holds files this command does not write "
+                    f"{self.flag} {out}: the folder holds files llmsched-gym did not write there "
                     f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); it "
                     "replaces the whole folder, so give a new or empty folder"
                 )
