@@ -244,6 +244,7 @@ def make_envs(cfg: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
             baseline=cfg["reward_baseline"],
             gamma=cfg["hyperparams"].get("gamma", 0.99),
             unbounded_scores=cfg["unbounded_scores"],
+            lean_info=True,  # SB3 deep-copies every step's infos; it reads only episode ends'
             **kwargs,
         )
         for i in range(n)
