@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.distributions import CategoricalDistribution, Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
@@ -210,7 +210,7 @@ class MaskedRowGaussian(Distribution):
         self, mean: torch.Tensor, std: torch.Tensor, mask: torch.Tensor
     ) -> MaskedRowGaussian:
         """Row ``k`` ~ N(mean_k, std_k^2); ``mask`` (0/1, like ``mean``) marks visible rows."""
-        self.distribution = torch.distributions.Normal(mean, std)
+        self.distribution = torch.distributions.Normal(mean, std, validate_args=False)
         self.mask = mask
         return self
 
@@ -273,6 +273,45 @@ class RowSDEGaussian(MaskedRowGaussian):
         return mean + torch.einsum("bkh,bh->bk", z, eps)
 
 
+class UncheckedCategorical(CategoricalDistribution):
+    """SB3's categorical over the row logits, without torch's argument checks.
+
+    torch checks a distribution's parameters (and each action's support) on every construction
+    unless told not to; with one construction per decision and per minibatch that was about a
+    third of a small policy's CPU time (issue 40). The logits come from the network, and the
+    actions from the distribution or the rollout buffer, so the checks cannot fail; the numbers
+    are unchanged.
+    """
+
+    def proba_distribution(self, action_logits: torch.Tensor) -> UncheckedCategorical:
+        """The categorical with these logits (unchecked)."""
+        self.distribution = torch.distributions.Categorical(
+            logits=action_logits, validate_args=False
+        )
+        return self
+
+
+def _unchecked_maskable(action_dim: int) -> Distribution:
+    """sb3-contrib's masked categorical without torch's argument checks (``UncheckedCategorical``).
+
+    Built here rather than as a module-level class so that only MaskablePPO users import
+    sb3-contrib's distributions (an optional extra).
+    """
+    from sb3_contrib.common.maskable.distributions import (
+        MaskableCategorical,
+        MaskableCategoricalDistribution,
+    )
+
+    class UncheckedMaskableCategorical(MaskableCategoricalDistribution):
+        def proba_distribution(self, action_logits: torch.Tensor) -> Any:
+            logits = action_logits.view(-1, self.action_dim)
+            # validate_args=False carries over to the re-initialisations of apply_masking.
+            self.distribution = MaskableCategorical(logits=logits, validate_args=False)
+            return self
+
+    return UncheckedMaskableCategorical(action_dim)
+
+
 class _RowScoring:
     """Mixin: ``RowHeads`` as the mlp_extractor, an identity action net, row distributions.
 
@@ -280,6 +319,9 @@ class _RowScoring:
         exploration: Priority's Box only: ``"gaussian"`` (independent per row and decision) or
             ``"sde"`` (state-dependent, held for a rollout; PPO's ``use_sde=True`` selects it).
     """
+
+    _masked: bool
+    """Whether the algorithm masks the logits (sb3-contrib's MaskablePPO)."""
 
     def __init__(
         self,
@@ -328,6 +370,9 @@ class _RowScoring:
         super()._build(lr_schedule)
         # The scores are the distribution's parameters: no mixing across rows after them.
         self.action_net = nn.Identity()
+        if isinstance(self.action_space, spaces.Discrete):
+            n = int(self.action_space.n)
+            self.action_dist = _unchecked_maskable(n) if self._masked else UncheckedCategorical(n)
         if isinstance(self.action_space, spaces.Box):
             k = self.mlp_extractor.num_rows
             if self.exploration == "sde":
@@ -368,6 +413,8 @@ class _RowScoring:
 class RowScorePolicy(_RowScoring, ActorCriticPolicy):
     """PPO / A2C policy: shared per-row scores (Priority's Box, or a Discrete over rows)."""
 
+    _masked = False
+
 
 def _maskable_base() -> type:
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
@@ -377,6 +424,8 @@ def _maskable_base() -> type:
 
 class MaskableRowScorePolicy(_RowScoring, _maskable_base()):
     """MaskablePPO policy: per-row logits (Select: plus a stop logit; Route: per instance)."""
+
+    _masked = True
 
 
 class LinearSchedule:
