@@ -76,6 +76,22 @@ def _mlp(sizes: list[int], last_act: bool = True) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` as ``x @ W.T + b``: the same numbers as ``nn.Linear`` (tests check it).
+
+    ``nn.Linear`` runs one fused ``addmm``, which MKL takes about three times as long over as a
+    matmul and an add on the small inputs of a rollout step (16 rows of 64; issue 40).
+    """
+    return torch.matmul(x, layer.weight.t()) + layer.bias
+
+
+def _run(mlp: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``mlp(x)`` for ``_mlp``'s Linear / ReLU stacks, through ``_linear`` (same numbers)."""
+    for layer in mlp:
+        x = _linear(layer, x) if isinstance(layer, nn.Linear) else torch.relu(x)
+    return x
+
+
 class RowSetExtractor(BaseFeaturesExtractor):
     """Per-row embeddings (shared weights), their masked-mean pool and the mask, flat for SB3.
 
@@ -111,10 +127,10 @@ class RowSetExtractor(BaseFeaturesExtractor):
             )
         else:
             ctx = rows.new_zeros((b, 0))
-        h = self.phi(torch.cat([rows, ctx.unsqueeze(1).expand(b, k, ctx.shape[1])], dim=2))
+        h = _run(self.phi, torch.cat([rows, ctx.unsqueeze(1).expand(b, k, ctx.shape[1])], dim=2))
         mask = observations["mask"].float().reshape(b, k, 1)
         pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        p = self.rho(torch.cat([pooled, ctx], dim=1))
+        p = _run(self.rho, torch.cat([pooled, ctx], dim=1))
         return torch.cat([h.reshape(b, k * self.embed_dim), p, mask.reshape(b, k)], dim=1)
 
 
@@ -166,28 +182,34 @@ class RowHeads(nn.Module):
         ``z`` (batch, K, hidden) is each row's last hidden layer (gSDE's features).
         """
         h, p, _ = self._split(features)
+        return self._scores(h, p)
+
+    def _scores(self, h: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, k, d = h.shape
-        z = self.score_hidden(torch.cat([h, p.unsqueeze(1).expand(b, k, d)], dim=2))
-        scores = self.score_out(z).squeeze(2)
+        z = _run(self.score_hidden, torch.cat([h, p.unsqueeze(1).expand(b, k, d)], dim=2))
+        scores = _linear(self.score_out, z).squeeze(2)
         if self.stop is not None:
-            scores = torch.cat([scores, self.stop(p)], dim=1)
+            scores = torch.cat([scores, _run(self.stop, p)], dim=1)
         return scores, z
+
+    def _actor(self, h: torch.Tensor, p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scores, z = self._scores(h, p)
+        if not self.with_rows:
+            return scores
+        return torch.cat([scores, mask, z.reshape(z.shape[0], -1)], dim=1)
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
         """The actor's latent: the scores, then (``with_rows``) the mask and ``z``."""
-        scores, z = self.row_scores(features)
-        if not self.with_rows:
-            return scores
-        mask = self._split(features)[2]
-        return torch.cat([scores, mask, z.reshape(z.shape[0], -1)], dim=1)
+        return self._actor(*self._split(features))
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         """The critic's latent, from the pool only (so the value is order-invariant)."""
-        return self.critic(self._split(features)[1])
+        return _run(self.critic, self._split(features)[1])
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(actor latent, critic latent)``, as SB3's ``MlpExtractor``."""
-        return self.forward_actor(features), self.forward_critic(features)
+        """``(actor latent, critic latent)``, as SB3's ``MlpExtractor`` (one split for both)."""
+        h, p, mask = self._split(features)
+        return self._actor(h, p, mask), _run(self.critic, p)
 
 
 class MaskedRowGaussian(Distribution):
