@@ -325,11 +325,44 @@ def _unchecked_maskable(action_dim: int) -> Distribution:
     )
 
     class UncheckedMaskableCategorical(MaskableCategoricalDistribution):
+        """Also built once per decision rather than three times (``apply_masking``)."""
+
+        _dist: Any = None
+        _logits: torch.Tensor | None = None
+
+        @property
+        def distribution(self) -> Any:
+            if self._dist is None and self._logits is not None:
+                # validate_args=False carries over to apply_masking's re-initialisations.
+                self._dist = MaskableCategorical(logits=self._logits, validate_args=False)
+            return self._dist
+
+        @distribution.setter
+        def distribution(self, value: Any) -> None:
+            self._dist, self._logits = value, None
+
         def proba_distribution(self, action_logits: torch.Tensor) -> Any:
-            logits = action_logits.view(-1, self.action_dim)
-            # validate_args=False carries over to the re-initialisations of apply_masking.
-            self.distribution = MaskableCategorical(logits=logits, validate_args=False)
+            self._dist, self._logits = None, action_logits.view(-1, self.action_dim)
             return self
+
+        def apply_masking(self, masks: Any) -> None:
+            logits = self._logits
+            if self._dist is not None or logits is None or masks is None:
+                self.distribution.apply_masking(masks)
+                return
+            # MaskableCategorical(logits).apply_masking(masks) normalises three times; its
+            # middle one (apply_masking(None) in __init__) does not reach the result, which is
+            # normalise(where(masks, normalise(logits), -1e8)): built here with the same ops.
+            d = MaskableCategorical.__new__(MaskableCategorical)
+            torch.distributions.Categorical.__init__(d, logits=logits, validate_args=False)
+            d._original_logits = d.logits
+            d.masks = torch.as_tensor(masks, dtype=torch.bool, device=logits.device).reshape(
+                d.logits.shape
+            )
+            huge_neg = torch.tensor(-1e8, dtype=d.logits.dtype, device=logits.device)
+            masked = torch.where(d.masks, d._original_logits, huge_neg)
+            torch.distributions.Categorical.__init__(d, logits=masked, validate_args=False)
+            self._dist = d
 
     return UncheckedMaskableCategorical(action_dim)
 

@@ -176,3 +176,31 @@ def test_functional_forward_equals_the_modules_bit_for_bit(env_id, cls, kw, batc
         actor, critic = policy.mlp_extractor(features)
         want_actor, want_critic = _module_heads(policy.mlp_extractor, features)
     assert torch.equal(actor, want_actor) and torch.equal(critic, want_critic)
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_unchecked_maskable_categorical_equals_sb3_contribs(masked) -> None:
+    """The one-construction masked categorical (issue 40) gives sb3-contrib's numbers."""
+    from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
+
+    from llmsched_gym.envs.sb3_policies import _unchecked_maskable
+
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn((64, 17), generator=gen) * 4
+    masks = (torch.rand((64, 17), generator=gen) < 0.5).numpy()
+    masks[:, 3] = True
+    ours, theirs = _unchecked_maskable(17), MaskableCategoricalDistribution(17)
+    for dist in (ours, theirs):
+        dist.proba_distribution(logits)
+        if masked:
+            dist.apply_masking(masks)
+    a, b = ours.distribution, theirs.distribution
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.probs, b.probs)
+    actions = torch.arange(64) % 17
+    assert torch.equal(ours.log_prob(actions), theirs.log_prob(actions))
+    assert torch.equal(ours.entropy(), theirs.entropy())
+    assert torch.equal(ours.mode(), theirs.mode())
+    torch.manual_seed(5)
+    x = ours.sample()
+    torch.manual_seed(5)
+    assert torch.equal(x, theirs.sample())
