@@ -20,6 +20,9 @@ commit with its compiled core built):
 
     .venv/bin/python scripts/bench_training.py recipes --old /tmp/wt-old --steps 30720 \
         --repeats 2 ppo-priority-shaped maskable-ppo-select-shaped maskable-ppo-route-t2s
+
+``snippet``: the README's PPO snippet (the recipe's settings on ``SB3VecEnv``, 8 envs) against
+SB3's defaults on one environment, CPU-seconds per 100k steps (``--steps 8192``).
 """
 
 from __future__ import annotations
@@ -82,6 +85,32 @@ def throughput(args: argparse.Namespace) -> None:
         print(f"  {kind:>8} x{n}: {med:7.0f} env steps/s  ({med / base:.2f}x of dummy x1)")
 
 
+def snippet(args: argparse.Namespace) -> None:
+    """CPU-s per 100k steps of the README's PPO snippet, and of SB3's defaults on one env."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+
+    import llmsched_gym  # noqa: F401 - registers the ids
+    from llmsched_gym.envs.sb3_policies import RowScorePolicy
+    from llmsched_gym.envs.sb3_vec import SB3VecEnv
+
+    torch.set_num_threads(1)
+    for mode in ("recipe", "defaults"):
+        t0 = time.process_time()
+        if mode == "defaults":
+            model = PPO(RowScorePolicy, gym.make(ENV_ID), seed=0, device="cpu")
+        else:
+            venv = SB3VecEnv(gym.make_vec(ENV_ID, num_envs=8))
+            model = PPO(
+                RowScorePolicy, venv, n_steps=256, batch_size=256, gamma=1.0, use_sde=True,
+                sde_sample_freq=-1, policy_kwargs={"log_std_init": -1.0}, seed=0, device="cpu",
+            )  # fmt: skip
+        model.learn(args.steps)
+        cpu = time.process_time() - t0
+        print(f"{mode}: {cpu * 100_000 / args.steps:.0f} CPU-s per 100k steps (set-up included)")
+
+
 def run_recipe(tree: Path, config: Path, steps: int) -> tuple[float, float]:
     """(whole-process CPU-s, train.json's cpu_s) of one ``train.py`` run in checkout ``tree``."""
     with tempfile.TemporaryDirectory() as out:
@@ -140,9 +169,13 @@ def main() -> None:
     rec.add_argument("--old", required=True, help="the other checkout (its compiled core built)")
     rec.add_argument("--steps", type=int, default=30720)
     rec.add_argument("--repeats", type=int, default=2)
+    snip = sub.add_parser("snippet", help="the README's PPO snippet against SB3's defaults")
+    snip.add_argument("--steps", type=int, default=8192)
     args = parser.parse_args()
     if args.mode == "recipes":
         recipes(args)
+    elif args.mode == "snippet":
+        snippet(args)
     else:
         throughput(args)
 
