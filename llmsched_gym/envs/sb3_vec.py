@@ -1,7 +1,8 @@
 """The native vector env as a stable-baselines3 ``VecEnv`` (needs the ``rl`` extra).
 
 SB3 takes its own ``VecEnv`` classes, not Gymnasium's: ``PPO(policy, gym.make_vec(...))`` fails
-in SB3 with "not a Gymnasium environment". ``SB3VecEnv`` wraps what ``gym.make_vec`` returns
+in SB3 with "not a Gymnasium environment" (whose quoted class, ``LLMSchedVectorEnv``, names this
+adapter). ``SB3VecEnv`` wraps what ``gym.make_vec`` returns
 (``LLMSchedVectorEnv``, or any vector env holding its sub-environments in ``envs``):
 
 >>> import gymnasium as gym  # doctest: +SKIP

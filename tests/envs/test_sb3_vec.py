@@ -100,3 +100,10 @@ def test_sb3_learns_on_the_native_vector_env(algorithm, policy, case) -> None:
 
     for x, y in zip(train(), train(), strict=True):
         assert np.array_equal(x.numpy(), y.numpy())
+
+
+def test_sb3s_error_on_the_raw_vector_env_names_the_adapter() -> None:
+    """SB3 refuses a Gymnasium vector env in a message quoting its class: that names SB3VecEnv."""
+    venv = gym.make_vec(CASES[0][0], num_envs=2, **CASES[0][1])
+    with pytest.raises(ValueError, match=r"SB3VecEnv\(venv\)"):
+        PPO(RowScorePolicy, venv)
