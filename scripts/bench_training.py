@@ -39,6 +39,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+import llmsched_gym  # noqa: F401 - registers the ids (also in SubprocVecEnv's workers)
+from llmsched_gym.envs.sb3_policies import RowScorePolicy
+from llmsched_gym.envs.sb3_vec import SB3VecEnv
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "llmsched/Priority-ChatSharegptOverload-v0"
 KW = {"scenario_overrides": {"workload.num_requests": 300}}
@@ -47,14 +56,6 @@ SETTINGS = (("dummy", 1), ("subproc", 2), ("subproc", 4), ("native", 4))
 
 def rate(kind: str, n: int, steps: int) -> float:
     """Environment steps per wall-second of ``PPO.learn`` with ``n`` environments."""
-    import gymnasium as gym
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
-
-    import llmsched_gym  # noqa: F401 - registers the ids
-    from llmsched_gym.envs.sb3_policies import RowScorePolicy
-    from llmsched_gym.envs.sb3_vec import SB3VecEnv
-
     if kind == "native":
         venv = SB3VecEnv(gym.make_vec(ENV_ID, num_envs=n, **KW))
     else:
@@ -71,8 +72,6 @@ def rate(kind: str, n: int, steps: int) -> float:
 
 def throughput(args: argparse.Namespace) -> None:
     """Print the vector-env table."""
-    import torch
-
     torch.set_num_threads(1)
     results: dict[tuple[str, int], list[float]] = {s: [] for s in SETTINGS}
     for _ in range(args.repeats):
@@ -87,14 +86,6 @@ def throughput(args: argparse.Namespace) -> None:
 
 def snippet(args: argparse.Namespace) -> None:
     """CPU-s per 100k steps of the README's PPO snippet, and of SB3's defaults on one env."""
-    import gymnasium as gym
-    import torch
-    from stable_baselines3 import PPO
-
-    import llmsched_gym  # noqa: F401 - registers the ids
-    from llmsched_gym.envs.sb3_policies import RowScorePolicy
-    from llmsched_gym.envs.sb3_vec import SB3VecEnv
-
     torch.set_num_threads(1)
     for mode in ("recipe", "defaults"):
         t0 = time.process_time()
