@@ -286,6 +286,7 @@ def _train_env(cfg: dict[str, Any], workloads: Any, start: int, stride: int) -> 
         baseline=cfg["reward_baseline"],
         gamma=cfg["hyperparams"].get("gamma", 0.99),
         unbounded_scores=cfg["unbounded_scores"],
+        lean_info=True,  # SB3 deep-copies every step's infos; it reads only episode ends'
         **kwargs,
     )
 

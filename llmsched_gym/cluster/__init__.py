@@ -66,6 +66,7 @@ def simulate_cluster(
     router: Any = None,
     engine: Mapping[str, Any] | None = None,
     schedule_log: Any = None,
+    items: list[Any] | None = None,
     **_: Any,
 ) -> ClusterResult:
     """Run a scenario with a ``cluster`` section (what ``Scenario.simulate`` calls).
@@ -80,6 +81,8 @@ def simulate_cluster(
         router: A router name or object replacing the spec's.
         engine: Engine settings applied on top of every instance's (e.g. CLI flags).
         schedule_log: Not supported on clusters (must be None).
+        items: The workload as ``scenario.build_workload(seed)`` builds it, when the caller has
+            it already (``Scenario.simulate`` passes its cached build).
 
     Returns:
         The run's :class:`ClusterResult`.
@@ -93,7 +96,8 @@ def simulate_cluster(
         raise ConfigError("schedule_log is per engine; it is not supported on a cluster run")
     run_seed = scenario.seed if seed is None else seed
     model = load_cost_model(scenario.cost_model)
-    items = scenario.build_workload(run_seed, cost_model=model)
+    if items is None:
+        items = scenario.build_workload(run_seed, cost_model=model)
     cluster = scenario.cluster
     instances = instance_specs(
         cluster,

@@ -74,13 +74,23 @@ class StepPricer:
                 t = t + d
                 starts.append(t)
             return durations, starts
+        # A long stretch is cut at t_next after a few steps more often than not (a cluster's
+        # next event): price its first _SERIES_LOOP_MAX steps as a short one, the rest (if it
+        # gets there) vectorised from where they end; in pieces, as the docstring allows.
+        head = _SERIES_LOOP_MAX
+        durations, starts = self.decode_series(n, m0, longest, head, now, t_next)
+        if len(durations) < head:
+            return durations, starts
+        k -= head
+        m0 += head * n
+        now = starts[-1]
         steps = np.arange(k, dtype=np.int64)
         nn = np.full(k, n, dtype=np.int64)
         zero = np.zeros(k, dtype=np.int64)
         dur = self.cost_model.step_times(nn, zero, m0 + steps * n, zero, nn)
         st = np.cumsum(np.concatenate(([now], dur)))  # sequential additions
         k = min(k, int(np.searchsorted(st[:k], t_next, side="left")))
-        return dur[:k].tolist(), st[: k + 1].tolist()
+        return durations + dur[:k].tolist(), starts + st[1 : k + 1].tolist()
 
 
 class _PrefillKVPricer(StepPricer):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,19 +22,12 @@ from llmsched_gym.core.request import Request
 from llmsched_gym.envs.observation import Observer, first_waiting, observation_space
 from llmsched_gym.envs.reward import REWARD_KINDS, RewardLedger
 from llmsched_gym.errors import ConfigError, PolicyError
-from llmsched_gym.scenarios.spec import Scenario, load_scenario
+from llmsched_gym.scenarios.spec import Scenario, cached_workload, load_scenario
 
 BACKENDS = ("sim", "vllm")
 """Backends an environment can run on: the simulator, or a live vLLM engine (Priority only)."""
 
 _all_true = np.logical_and.reduce
-
-_WORKLOAD_CACHE: OrderedDict[tuple, list] = OrderedDict()
-_WORKLOAD_CACHE_SIZE = 16
-"""Most workloads kept (least recently used go first)."""
-_WORKLOAD_CACHE_ITEMS = 100_000
-"""Most requests and jobs kept over all cached workloads (the newest is always kept): resets
-with a fresh seed each episode would otherwise hold 16 whole workloads (issue 29)."""
 
 
 class InvalidActionError(PolicyError, ValueError):
@@ -43,22 +35,8 @@ class InvalidActionError(PolicyError, ValueError):
 
 
 def _workload(scenario: Scenario, seed: int, cost_model: Any, max_requests: int | None) -> list:
-    """The scenario's workload under ``seed`` (cached: specs and jobs are immutable)."""
-    key = (repr(scenario.to_dict()), seed, max_requests)
-    items = _WORKLOAD_CACHE.get(key)
-    if items is None:
-        items = scenario.build_workload(seed, cost_model=cost_model)
-        if max_requests is not None:
-            items = sorted(items, key=lambda x: float(x.arrival_time))[:max_requests]
-        _WORKLOAD_CACHE[key] = items
-        held = sum(map(len, _WORKLOAD_CACHE.values()))
-        while len(_WORKLOAD_CACHE) > 1 and (
-            len(_WORKLOAD_CACHE) > _WORKLOAD_CACHE_SIZE or held > _WORKLOAD_CACHE_ITEMS
-        ):
-            held -= len(_WORKLOAD_CACHE.popitem(last=False)[1])
-    else:
-        _WORKLOAD_CACHE.move_to_end(key)
-    return items
+    """The scenario's workload under ``seed`` (``cached_workload``: shared with ``simulate``)."""
+    return cached_workload(scenario, seed, cost_model, max_requests)
 
 
 class EnvPolicy(SchedulingPolicy):

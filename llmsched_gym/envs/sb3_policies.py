@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.distributions import CategoricalDistribution, Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
@@ -75,6 +75,22 @@ def _mlp(sizes: list[int], last_act: bool = True) -> nn.Sequential:
         if last_act or i < len(sizes) - 2:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` as ``x @ W.T + b``: the same numbers as ``nn.Linear`` (tests check it).
+
+    ``nn.Linear`` runs one fused ``addmm``, which MKL takes about three times as long over as a
+    matmul and an add on the small inputs of a rollout step (16 rows of 64; issue 40).
+    """
+    return torch.matmul(x, layer.weight.t()) + layer.bias
+
+
+def _run(mlp: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``mlp(x)`` for ``_mlp``'s Linear / ReLU stacks, through ``_linear`` (same numbers)."""
+    for layer in mlp:
+        x = _linear(layer, x) if isinstance(layer, nn.Linear) else torch.relu(x)
+    return x
 
 
 class RowSetExtractor(BaseFeaturesExtractor):
@@ -127,9 +143,9 @@ class RowSetExtractor(BaseFeaturesExtractor):
         mask = observations["mask"].float().reshape(b, k, 1)
         if self.relative:
             rows = torch.cat([rows, row_ranks(rows, mask.reshape(b, k))], dim=2)
-        h = self.phi(torch.cat([rows, ctx.unsqueeze(1).expand(b, k, ctx.shape[1])], dim=2))
+        h = _run(self.phi, torch.cat([rows, ctx.unsqueeze(1).expand(b, k, ctx.shape[1])], dim=2))
         pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        p = self.rho(torch.cat([pooled, ctx], dim=1))
+        p = _run(self.rho, torch.cat([pooled, ctx], dim=1))
         return torch.cat([h.reshape(b, k * self.embed_dim), p, mask.reshape(b, k)], dim=1)
 
 
@@ -202,28 +218,34 @@ class RowHeads(nn.Module):
         ``z`` (batch, K, hidden) is each row's last hidden layer (gSDE's features).
         """
         h, p, _ = self._split(features)
+        return self._scores(h, p)
+
+    def _scores(self, h: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, k, d = h.shape
-        z = self.score_hidden(torch.cat([h, p.unsqueeze(1).expand(b, k, d)], dim=2))
-        scores = self.score_out(z).squeeze(2)
+        z = _run(self.score_hidden, torch.cat([h, p.unsqueeze(1).expand(b, k, d)], dim=2))
+        scores = _linear(self.score_out, z).squeeze(2)
         if self.stop is not None:
-            scores = torch.cat([scores, self.stop(p)], dim=1)
+            scores = torch.cat([scores, _run(self.stop, p)], dim=1)
         return scores, z
+
+    def _actor(self, h: torch.Tensor, p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scores, z = self._scores(h, p)
+        if not self.with_rows:
+            return scores
+        return torch.cat([scores, mask, z.reshape(z.shape[0], -1)], dim=1)
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
         """The actor's latent: the scores, then (``with_rows``) the mask and ``z``."""
-        scores, z = self.row_scores(features)
-        if not self.with_rows:
-            return scores
-        mask = self._split(features)[2]
-        return torch.cat([scores, mask, z.reshape(z.shape[0], -1)], dim=1)
+        return self._actor(*self._split(features))
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         """The critic's latent, from the pool only (so the value is order-invariant)."""
-        return self.critic(self._split(features)[1])
+        return _run(self.critic, self._split(features)[1])
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(actor latent, critic latent)``, as SB3's ``MlpExtractor``."""
-        return self.forward_actor(features), self.forward_critic(features)
+        """``(actor latent, critic latent)``, as SB3's ``MlpExtractor`` (one split for both)."""
+        h, p, mask = self._split(features)
+        return self._actor(h, p, mask), _run(self.critic, p)
 
 
 class MaskedRowGaussian(Distribution):
@@ -246,7 +268,7 @@ class MaskedRowGaussian(Distribution):
         self, mean: torch.Tensor, std: torch.Tensor, mask: torch.Tensor
     ) -> MaskedRowGaussian:
         """Row ``k`` ~ N(mean_k, std_k^2); ``mask`` (0/1, like ``mean``) marks visible rows."""
-        self.distribution = torch.distributions.Normal(mean, std)
+        self.distribution = torch.distributions.Normal(mean, std, validate_args=False)
         self.mask = mask
         return self
 
@@ -309,6 +331,78 @@ class RowSDEGaussian(MaskedRowGaussian):
         return mean + torch.einsum("bkh,bh->bk", z, eps)
 
 
+class UncheckedCategorical(CategoricalDistribution):
+    """SB3's categorical over the row logits, without torch's argument checks.
+
+    torch checks a distribution's parameters (and each action's support) on every construction
+    unless told not to; with one construction per decision and per minibatch that was about a
+    third of a small policy's CPU time (issue 40). The logits come from the network, and the
+    actions from the distribution or the rollout buffer, so the checks cannot fail; the numbers
+    are unchanged.
+    """
+
+    def proba_distribution(self, action_logits: torch.Tensor) -> UncheckedCategorical:
+        """The categorical with these logits (unchecked)."""
+        self.distribution = torch.distributions.Categorical(
+            logits=action_logits, validate_args=False
+        )
+        return self
+
+
+def _unchecked_maskable(action_dim: int) -> Distribution:
+    """sb3-contrib's masked categorical without torch's argument checks (``UncheckedCategorical``).
+
+    Built here rather than as a module-level class so that only MaskablePPO users import
+    sb3-contrib's distributions (an optional extra).
+    """
+    from sb3_contrib.common.maskable.distributions import (
+        MaskableCategorical,
+        MaskableCategoricalDistribution,
+    )
+
+    class UncheckedMaskableCategorical(MaskableCategoricalDistribution):
+        """Also built once per decision rather than three times (``apply_masking``)."""
+
+        _dist: Any = None
+        _logits: torch.Tensor | None = None
+
+        @property
+        def distribution(self) -> Any:
+            if self._dist is None and self._logits is not None:
+                # validate_args=False carries over to apply_masking's re-initialisations.
+                self._dist = MaskableCategorical(logits=self._logits, validate_args=False)
+            return self._dist
+
+        @distribution.setter
+        def distribution(self, value: Any) -> None:
+            self._dist, self._logits = value, None
+
+        def proba_distribution(self, action_logits: torch.Tensor) -> Any:
+            self._dist, self._logits = None, action_logits.view(-1, self.action_dim)
+            return self
+
+        def apply_masking(self, masks: Any) -> None:
+            logits = self._logits
+            if self._dist is not None or logits is None or masks is None:
+                self.distribution.apply_masking(masks)
+                return
+            # MaskableCategorical(logits).apply_masking(masks) normalises three times; its
+            # middle one (apply_masking(None) in __init__) does not reach the result, which is
+            # normalise(where(masks, normalise(logits), -1e8)): built here with the same ops.
+            d = MaskableCategorical.__new__(MaskableCategorical)
+            torch.distributions.Categorical.__init__(d, logits=logits, validate_args=False)
+            d._original_logits = d.logits
+            d.masks = torch.as_tensor(masks, dtype=torch.bool, device=logits.device).reshape(
+                d.logits.shape
+            )
+            huge_neg = torch.tensor(-1e8, dtype=d.logits.dtype, device=logits.device)
+            masked = torch.where(d.masks, d._original_logits, huge_neg)
+            torch.distributions.Categorical.__init__(d, logits=masked, validate_args=False)
+            self._dist = d
+
+    return UncheckedMaskableCategorical(action_dim)
+
+
 class _RowScoring:
     """Mixin: ``RowHeads`` as the mlp_extractor, an identity action net, row distributions.
 
@@ -316,6 +410,9 @@ class _RowScoring:
         exploration: Priority's Box only: ``"gaussian"`` (independent per row and decision) or
             ``"sde"`` (state-dependent, held for a rollout; PPO's ``use_sde=True`` selects it).
     """
+
+    _masked: bool
+    """Whether the algorithm masks the logits (sb3-contrib's MaskablePPO)."""
 
     def __init__(
         self,
@@ -364,6 +461,9 @@ class _RowScoring:
         super()._build(lr_schedule)
         # The scores are the distribution's parameters: no mixing across rows after them.
         self.action_net = nn.Identity()
+        if isinstance(self.action_space, spaces.Discrete):
+            n = int(self.action_space.n)
+            self.action_dist = _unchecked_maskable(n) if self._masked else UncheckedCategorical(n)
         if isinstance(self.action_space, spaces.Box):
             k = self.mlp_extractor.num_rows
             if self.exploration == "sde":
@@ -404,6 +504,8 @@ class _RowScoring:
 class RowScorePolicy(_RowScoring, ActorCriticPolicy):
     """PPO / A2C policy: shared per-row scores (Priority's Box, or a Discrete over rows)."""
 
+    _masked = False
+
 
 def _maskable_base() -> type:
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
@@ -413,6 +515,8 @@ def _maskable_base() -> type:
 
 class MaskableRowScorePolicy(_RowScoring, _maskable_base()):
     """MaskablePPO policy: per-row logits (Select: plus a stop logit; Route: per instance)."""
+
+    _masked = True
 
 
 class LinearSchedule:

@@ -28,7 +28,22 @@ from llmsched_gym.errors import ConfigError
 __all__ = ["LLMSchedVectorEnv"]
 
 
-class LLMSchedVectorEnv(VectorEnv):
+class _VectorEnvType(type):
+    """The class's repr names SB3's adapter.
+
+    stable-baselines3 refuses a Gymnasium vector env with "The environment is of type
+    <repr of its class>, not a Gymnasium environment" before any code of ours runs; the repr is
+    the one place that message can say what to do instead.
+    """
+
+    def __repr__(cls) -> str:
+        return (
+            f"<class '{cls.__module__}.{cls.__qualname__}'> (a Gymnasium vector env; for "
+            "stable-baselines3 wrap it: llmsched_gym.envs.sb3_vec.SB3VecEnv(venv))"
+        )
+
+
+class LLMSchedVectorEnv(VectorEnv, metaclass=_VectorEnvType):
     """N copies of one environment, stepped in this process with NEXT_STEP auto-reset.
 
     Args:

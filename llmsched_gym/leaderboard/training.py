@@ -14,6 +14,7 @@ workload seed (``scenario.seed + seed``, ``LLMSchedEnv.reset``) is the workload'
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,6 +93,28 @@ def baseline_curve(policy: str, task: Any, workload: Workload) -> Any:
             "reward of a job workload counts jobs)"
         )
     return LatencyCurve.from_requests(requests)
+
+
+_CURVES: OrderedDict[tuple, Any] = OrderedDict()
+"""The ``LatencyCurve`` of baseline runs by (policy, scenario, seed), least recently used first:
+shared by every ``TrainWorkloadEnv`` of the process (the environments of a vector env, the
+restarts of a recipe), so each workload's baseline runs once."""
+CURVE_CACHE_SIZE = 4096
+"""Most curves kept: a curve holds two floats per unit (~10 KB for 300 requests)."""
+
+
+def cached_baseline_curve(policy: str, task: Any, workload: Workload) -> Any:
+    """``baseline_curve(policy, task, workload)``, run once per process (``_CURVES``)."""
+    key = (policy, task.name, repr(workload.scenario().to_dict()), workload.seed)
+    curve = _CURVES.get(key)
+    if curve is None:
+        curve = baseline_curve(policy, task, workload)
+        _CURVES[key] = curve
+        while len(_CURVES) > CURVE_CACHE_SIZE:
+            _CURVES.popitem(last=False)
+    else:
+        _CURVES.move_to_end(key)
+    return curve
 
 
 class TrainWorkloads:
@@ -197,8 +220,13 @@ class TrainWorkloadEnv(gym.Env):
     (``llmsched_gym.envs.shaping.ReferenceShaping``): each step's reward is the agent's latency
     saving over the baseline at the same clock, divided by the baseline's total latency, so the
     return of a drained episode is ``1 - L / L_ref``. The baseline is run once per workload (the
-    harness's own ``scenario.simulate``) and cached. ``info["reward_unshaped"]`` holds the task's
+    harness's own ``scenario.simulate``, on the episode's own build of the workload) and cached
+    for the process (``cached_baseline_curve``). ``info["reward_unshaped"]`` holds the task's
     reward, and ``ratios`` the baseline's total latency over the agent's, per finished episode.
+
+    With ``lean_info`` a step that does not end the episode returns an empty ``info``: SB3's
+    vector envs deep-copy every step's infos, and a learner reads them only at episode ends
+    (``episode``, ``terminal_observation``), where the full info is returned.
 
     Args:
         workloads: Where the train workloads come from.
@@ -215,6 +243,7 @@ class TrainWorkloadEnv(gym.Env):
             every score beyond +-1 (row order decides among them, i.e. FCFS) and leaves the
             clipped scores without a gradient back. A model trained so keeps the wide space,
             and the task environment takes its scores as they are at evaluation too.
+        lean_info: Return ``{}`` as the info of every step but an episode's last.
         **env_kwargs: Passed to the task environment (e.g. ``top_k``).
     """
 
@@ -226,6 +255,7 @@ class TrainWorkloadEnv(gym.Env):
         baseline: str | None = None,
         gamma: float = 1.0,
         unbounded_scores: bool = False,
+        lean_info: bool = False,
         **env_kwargs: Any,
     ) -> None:
         self._cls = env_class(workloads.task)
@@ -234,7 +264,7 @@ class TrainWorkloadEnv(gym.Env):
         self._task = workloads.suite.task(workloads.task)
         self.baseline = _check_baseline(baseline, self._task, env_kwargs)
         self.gamma = gamma
-        self._curves: dict[str, Any] = {}
+        self.lean_info = lean_info
         self._shaping: Any = None
         self._area = 0.0
         self.ratios: list[float] = []
@@ -277,23 +307,21 @@ class TrainWorkloadEnv(gym.Env):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """One step of the current workload's environment (its reward shaped by the baseline)."""
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if self._shaping is None:
-            return obs, reward, terminated, truncated, info
-        area = info["latency_area_s"]
-        self._area += area
-        shaped = self._shaping.reward(area, info["time_s"], terminated)
-        if terminated or truncated:  # one entry per episode, NaN where it did not drain
-            drained = terminated and self._area > 0
-            self.ratios.append(self._shaping.curve.total / self._area if drained else math.nan)
-        return obs, shaped, terminated, truncated, {**info, "reward_unshaped": reward}
+        end = terminated or truncated
+        if self._shaping is not None:
+            area = info["latency_area_s"]
+            self._area += area
+            unshaped, reward = reward, self._shaping.reward(area, info["time_s"], terminated)
+            if end:  # one ratio per episode, NaN where it did not drain
+                drained = terminated and self._area > 0
+                self.ratios.append(self._shaping.curve.total / self._area if drained else math.nan)
+            if end or not self.lean_info:
+                info = {**info, "reward_unshaped": unshaped}
+        return obs, reward, terminated, truncated, info if end or not self.lean_info else {}
 
     def _curve(self, w: Workload) -> Any:
-        """The baseline's ``LatencyCurve`` on workload ``w`` (run once, then cached)."""
-        curve = self._curves.get(w.id)
-        if curve is None:
-            curve = baseline_curve(self.baseline, self._task, w)
-            self._curves[w.id] = curve
-        return curve
+        """The baseline's ``LatencyCurve`` on workload ``w`` (run once per process)."""
+        return cached_baseline_curve(self.baseline, self._task, w)
 
     def action_masks(self) -> Any:
         """The task environment's action masks (MaskablePPO), where it has them."""

@@ -6,8 +6,10 @@ data is read, and builds deterministically from ``(parameters, seed, cost model)
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmsched_gym.core.job import Job
@@ -48,6 +50,7 @@ def _build_trace(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Reque
         specs = _window(specs, p["start_s"], p["duration_s"], p["trace"])
     if p["num_requests"] is not None:
         specs = arrivals.sample_requests(specs, p["num_requests"], seed=seed)
+    specs = list(specs)  # a whole window (no num_requests) is re-timed here
     if shipped and context is not None:
         specs = [with_context_max_tokens(s, context) for s in specs]
     if p["arrival"] == "replay":
@@ -69,29 +72,53 @@ def _build_trace(p: Mapping[str, Any], seed: int, cost_model: Any) -> list[Reque
     return specs
 
 
+class _Window(Sequence):
+    """The requests of ``specs[lo:hi]`` re-timed by ``-start_s``, each built when it is read.
+
+    ``sample_requests`` reads only the requests it picks, so a workload of 300 requests from a
+    window of 11,000 builds 300 re-timed specs, not 11,000 (issue 40).
+    """
+
+    def __init__(self, specs: list[RequestSpec], lo: int, hi: int, start_s: float) -> None:
+        self.specs, self.lo, self.hi, self.start_s = specs, lo, hi, start_s
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        s = self.specs[self.lo + i % len(self)]
+        return dataclasses.replace(s, arrival_time=s.arrival_time - self.start_s)
+
+
 def _window(
     specs: list[RequestSpec], start_s: float, duration_s: float | None, trace: str
-) -> list[RequestSpec]:
+) -> Sequence[RequestSpec]:
     """The requests arriving in ``[start_s, start_s + duration_s)``, re-timed to start at 0.
 
     Time windows of one real trace give train and held-out workloads that share a source but
     not a request (the leaderboard trains on one half hour of a trace and tests on the next).
+    ``specs`` are sorted by arrival time (``load_trace``), so the window is a slice, found by
+    bisection; its requests are re-timed lazily (``_Window``), in the same order and with the
+    same arithmetic as re-timing every one of them.
     """
-    import dataclasses
-
     end = math.inf if duration_s is None else start_s + duration_s
-    out = [
-        dataclasses.replace(s, arrival_time=s.arrival_time - start_s)
-        for s in specs
-        if start_s <= s.arrival_time < end
-    ]
-    if not out:
+    lo = bisect.bisect_left(specs, start_s, key=_arrival)
+    hi = bisect.bisect_left(specs, end, lo=lo, key=_arrival)
+    if lo == hi:
         last = max((s.arrival_time for s in specs), default=0.0)
         raise ConfigError(
             f"trace {trace!r}: no request arrives in the window [{start_s:g}, {end:g}) s "
             f"(its arrivals span [0, {last:g}] s)"
         )
-    return out
+    return _Window(specs, lo, hi, start_s)
+
+
+def _arrival(spec: RequestSpec) -> float:
+    return spec.arrival_time
 
 
 def _check_trace(p: Mapping[str, Any]) -> str | None:

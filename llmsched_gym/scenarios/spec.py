@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import re
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,21 +216,58 @@ class Scenario:
         ``scheduler`` (a name or policy) replaces the spec's; other keyword arguments go to
         ``simulate`` (``fast_forward``, ``schedule_log``, ``record_steps``, ``progress``).
         """
+        from llmsched_gym.cost.registry import load_cost_model
+
+        model = load_cost_model(self.cost_model)
+        items = cached_workload(self, self.seed if seed is None else seed, model)
         if self.cluster is not None:
             from llmsched_gym.cluster import simulate_cluster
 
-            return simulate_cluster(self, scheduler, seed=seed, **kwargs)
-        from llmsched_gym.cost.registry import load_cost_model
+            return simulate_cluster(self, scheduler, seed=seed, items=items, **kwargs)
         from llmsched_gym.simulation import simulate
 
-        model = load_cost_model(self.cost_model)
         return simulate(
-            self.build_workload(seed, cost_model=model),
+            items,
             self.engine_config(model),
             self.scheduler if scheduler is None else scheduler,
             model,
             **kwargs,
         )
+
+
+_WORKLOAD_CACHE: OrderedDict[tuple, list] = OrderedDict()
+_WORKLOAD_CACHE_SIZE = 16
+"""Most workloads kept (least recently used go first)."""
+_WORKLOAD_CACHE_ITEMS = 100_000
+"""Most requests and jobs kept over all cached workloads (the newest is always kept): resets
+with a fresh seed each episode would otherwise hold 16 whole workloads (issue 29)."""
+
+
+def cached_workload(
+    scenario: Scenario, seed: int, cost_model: Any, max_requests: int | None = None
+) -> list:
+    """``scenario.build_workload(seed)`` (its first ``max_requests``), built once per process.
+
+    ``cost_model`` must be the scenario's own (``load_cost_model(scenario.cost_model)``): it
+    sizes SLOs, and the key names only the scenario. Shared by the environments' resets and
+    ``Scenario.simulate``, so a reference run on an episode's workload (reward shaping) reuses
+    the episode's build. Specs and jobs are immutable, so sharing them changes no run.
+    """
+    key = (repr(scenario.to_dict()), seed, max_requests)
+    items = _WORKLOAD_CACHE.get(key)
+    if items is None:
+        items = scenario.build_workload(seed, cost_model=cost_model)
+        if max_requests is not None:
+            items = sorted(items, key=lambda x: float(x.arrival_time))[:max_requests]
+        _WORKLOAD_CACHE[key] = items
+        held = sum(map(len, _WORKLOAD_CACHE.values()))
+        while len(_WORKLOAD_CACHE) > 1 and (
+            len(_WORKLOAD_CACHE) > _WORKLOAD_CACHE_SIZE or held > _WORKLOAD_CACHE_ITEMS
+        ):
+            held -= len(_WORKLOAD_CACHE.popitem(last=False)[1])
+    else:
+        _WORKLOAD_CACHE.move_to_end(key)
+    return items
 
 
 def stamp_slos(items: Sequence[RequestSpec | Job], slo: Mapping[str, float]) -> list:

@@ -120,3 +120,87 @@ def test_priority_gaussian_ignores_padding_rows_and_sde_holds_its_noise():
                 assert not torch.allclose(policy.get_distribution(o).sample(), a)
     with pytest.raises(ValueError, match="exploration='sde' needs use_sde=True"):
         PPO(RowScorePolicy, env, policy_kwargs={"exploration": "sde"})
+
+
+def _module_features(ext, obs):
+    """The extractor's features computed through its ``nn.Sequential`` modules (pre-issue 40)."""
+    rows = obs[ext.table_key].float()
+    b, k, _ = rows.shape
+    ctx = torch.cat([obs[key].float().reshape(b, -1) for key in ext.context_keys], 1)
+    h = ext.phi(torch.cat([rows, ctx.unsqueeze(1).expand(b, k, ctx.shape[1])], dim=2))
+    mask = obs["mask"].float().reshape(b, k, 1)
+    p = ext.rho(torch.cat([(h * mask).sum(1) / mask.sum(1).clamp(min=1.0), ctx], dim=1))
+    return torch.cat([h.reshape(b, k * ext.embed_dim), p, mask.reshape(b, k)], dim=1)
+
+
+def _module_heads(heads, features):
+    h, p, mask = heads._split(features)
+    b, k, d = h.shape
+    z = heads.score_hidden(torch.cat([h, p.unsqueeze(1).expand(b, k, d)], dim=2))
+    scores = heads.score_out(z).squeeze(2)
+    if heads.stop is not None:
+        scores = torch.cat([scores, heads.stop(p)], dim=1)
+    if heads.with_rows:
+        scores = torch.cat([scores, mask, z.reshape(b, -1)], dim=1)
+    return scores, heads.critic(p)
+
+
+@pytest.mark.parametrize("batch", [1, 8, 256])
+@pytest.mark.parametrize(
+    "env_id, cls, kw",
+    [
+        ("llmsched/Priority-ChatSharegptOverload-v0", RowScorePolicy, {}),
+        ("llmsched/Select-ChatSharegptOverload-v0", MaskableRowScorePolicy, {}),
+        ("llmsched/Route-ChatAzureConv4x-v0", MaskableRowScorePolicy, {}),
+    ],
+    ids=["Priority", "Select", "Route"],
+)
+def test_functional_forward_equals_the_modules_bit_for_bit(env_id, cls, kw, batch) -> None:
+    """``_linear`` (matmul + add, issue 40) gives nn.Linear's numbers: evaluation is unchanged."""
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3 import PPO
+
+    env = gym.make(env_id, **kw)
+    algo = MaskablePPO if cls is MaskableRowScorePolicy else PPO
+    policy = algo(cls, env, n_steps=16, batch_size=16, seed=0, device="cpu").policy
+    gen = torch.Generator().manual_seed(batch)
+    obs = {}
+    for key, space in env.observation_space.spaces.items():
+        if key == "mask":
+            obs[key] = (torch.rand((batch, *space.shape), generator=gen) < 0.7).float()
+        else:
+            obs[key] = torch.randn((batch, *space.shape), generator=gen) * 3
+    with torch.no_grad():
+        features = policy.features_extractor(obs)
+        assert torch.equal(features, _module_features(policy.features_extractor, obs))
+        actor, critic = policy.mlp_extractor(features)
+        want_actor, want_critic = _module_heads(policy.mlp_extractor, features)
+    assert torch.equal(actor, want_actor) and torch.equal(critic, want_critic)
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_unchecked_maskable_categorical_equals_sb3_contribs(masked) -> None:
+    """The one-construction masked categorical (issue 40) gives sb3-contrib's numbers."""
+    from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
+
+    from llmsched_gym.envs.sb3_policies import _unchecked_maskable
+
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn((64, 17), generator=gen) * 4
+    masks = (torch.rand((64, 17), generator=gen) < 0.5).numpy()
+    masks[:, 3] = True
+    ours, theirs = _unchecked_maskable(17), MaskableCategoricalDistribution(17)
+    for dist in (ours, theirs):
+        dist.proba_distribution(logits)
+        if masked:
+            dist.apply_masking(masks)
+    a, b = ours.distribution, theirs.distribution
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.probs, b.probs)
+    actions = torch.arange(64) % 17
+    assert torch.equal(ours.log_prob(actions), theirs.log_prob(actions))
+    assert torch.equal(ours.entropy(), theirs.entropy())
+    assert torch.equal(ours.mode(), theirs.mode())
+    torch.manual_seed(5)
+    x = ours.sample()
+    torch.manual_seed(5)
+    assert torch.equal(x, theirs.sample())
