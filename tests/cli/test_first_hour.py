@@ -244,8 +244,17 @@ def test_a_run_killed_mid_swap_gets_its_old_set_back(tmp_path: Path) -> None:
     output.discard()
 
 
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl-C handler for the test, as under a terminal: a shell starts a background
+    job (``cmd &`` without job control) with SIGINT ignored, and Python keeps it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_a_ctrl_c_during_the_swap_waits_for_it_and_says_what_was_written(
-    tmp_path: Path, capsys, monkeypatch
+    tmp_path: Path, capsys, monkeypatch, python_ctrl_c
 ) -> None:
     out, plain = tmp_path / "o", ["manifest.json", "requests.csv", "summary.json"]
     base = ["simulate", "--num-requests", "30", "--out", str(out), "--no-progress"]
