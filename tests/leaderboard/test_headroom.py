@@ -142,7 +142,10 @@ def tiny():
 
 
 @pytest.mark.parametrize(
-    "task, rule", [(t, r) for r, ts in RULES.items() for t in ts], ids=lambda x: str(x)
+    "task, rule",
+    # Route's rule runs on a cluster (test_warm_start: it is the least-load:backlog router)
+    [(t, r) for r, ts in RULES.items() for t in ts if t != "Route"],
+    ids=lambda x: str(x),
 )
 def test_each_rule_acts_deterministically_and_differs_from_the_reference(tiny, task, rule):
     w = tiny.workloads("test", tasks=[task])[0]
