@@ -77,7 +77,7 @@ def test_batch_type_rules_follow_the_masks():
 def test_rules_name_what_fits():
     with pytest.raises(ConfigError, match=r"unknown rule 'nope'; rules: \["):
         RuleAgent("nope", "Priority")
-    with pytest.raises(ConfigError, match=r"no Route form .* Route rules: none"):
+    with pytest.raises(ConfigError, match=r"no Route form .* Route rules: \[.least-backlog.\]"):
         RuleAgent("shortest-prompt", "Route")
     with pytest.raises(ConfigError, match=r"BatchType rules: \['decode-first', 'prefill-first'\]"):
         RuleAgent("shortest-prompt", "BatchType")
