@@ -134,7 +134,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from llmsched_gym.leaderboard.run import run_all
     from llmsched_gym.leaderboard.score import score_rows
     from llmsched_gym.leaderboard.submission import load_submission, write_results
-    from llmsched_gym.leaderboard.tables import leaderboard_rows, markdown_table, plot_scores
+    from llmsched_gym.leaderboard.tables import (
+        leaderboard_rows,
+        markdown_table,
+        per_workload_table,
+        plot_scores,
+    )
 
     suite = _suite(args)
     quick = args.suite == "quick"
@@ -203,6 +208,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         board = leaderboard_rows(task, methods, oracle_declared, kind_declared)
         boards[task.name] = (task, board)
         md.append(markdown_table(suite, task, board, spread_line=len(board) > 2))
+        if args.per_workload:
+            md.append(per_workload_table(task, methods, ws[0].metric))
         for r in board:
             summary.append(
                 {
@@ -453,6 +460,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also write each submission folder's results.csv (full test split only)",
     )
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    q.add_argument(
+        "--per-workload",
+        action="store_true",
+        help="also print (and write into summary.md) each workload's ratios, per task",
+    )
     _trust_pickle(q)
     _common(q)
     q.set_defaults(func=_cmd_evaluate)

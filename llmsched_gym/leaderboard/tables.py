@@ -10,7 +10,13 @@ from typing import Any
 from llmsched_gym.leaderboard.score import geometric_score
 from llmsched_gym.leaderboard.suite import LEVELS, Suite
 
-__all__ = ["leaderboard_rows", "markdown_table", "plot_scores", "task_spread"]
+__all__ = [
+    "leaderboard_rows",
+    "markdown_table",
+    "per_workload_table",
+    "plot_scores",
+    "task_spread",
+]
 
 
 def leaderboard_rows(
@@ -174,6 +180,44 @@ def markdown_table(
 
 _KIND_COLOURS = {"agent": "tab:blue", "reference": "tab:orange"}
 _KIND_LABELS = {"agent": "", "reference": " (reference kind)"}
+
+
+def per_workload_table(
+    task: Any, rows_by_method: Mapping[str, Sequence[Mapping[str, Any]]], metric: str
+) -> str:
+    """Markdown: one line per test workload, each method's ratio to the reference (> 1 better).
+
+    The reference's own metric value is the first numeric column, so a ratio reads against an
+    absolute figure; a failed run shows ``failed``. Workloads in suite order (level, scenario,
+    source, seed), methods in the order given.
+    """
+    methods = list(rows_by_method)
+    by = {m: {r["workload"]: r for r in rows} for m, rows in rows_by_method.items()}
+    order = list(dict.fromkeys(r["workload"] for rows in rows_by_method.values() for r in rows))
+    reference = by.get(task.reference, {})
+    head = ["workload", "level", f"{task.reference} {metric}", *methods]
+    lines = [
+        f"#### {task.name}: per workload (ratio of {task.reference}'s {metric} to the method's)",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * 2 + "---:|" * (len(head) - 2),
+    ]
+    for w in order:
+        first = next(by[m][w] for m in methods if w in by[m])
+        ref = reference.get(w)
+        ref_value = f"{ref['value']:.4g}" if ref and ref["status"] == "ok" else "—"
+        cells = []
+        for m in methods:
+            r = by[m].get(w)
+            if r is None:
+                cells.append("")
+            elif r["status"] != "ok":
+                cells.append("failed")
+            else:
+                ratio = r.get("ratio", math.nan)
+                cells.append(f"{ratio:.3f}" if math.isfinite(ratio) else "—")
+        lines.append(f"| {w} | {first['level']} | {ref_value} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot_scores(
