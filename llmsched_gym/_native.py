@@ -164,13 +164,14 @@ def core() -> str:
     return "mixed"
 
 
-def build(force: bool = False, quiet: bool = True) -> list[str]:
+def build(force: bool = False, quiet: bool = True, progress: Any = None) -> list[str]:
     """Compile ``MODULES`` next to their sources; returns the modules (re)built.
 
     Nothing is built while every module is up to date (unless ``force``); otherwise all of them
     are, together: a changed ``.pxd`` changes the layout its importers ``cimport``. Each
     compiled file is swapped in atomically (a running process keeps the file it loaded), then
-    the manifest records the hashes of the sources it was built from.
+    the manifest records the hashes of the sources it was built from. ``progress(done, total,
+    name)`` is called after each module's C compilation (the build's minutes are spent there).
     """
     import shutil
     import tempfile
@@ -206,7 +207,10 @@ def build(force: bool = False, quiet: bool = True) -> list[str]:
         cwd = os.getcwd()
         try:
             os.chdir(_ROOT.parent)
-            _setup(name="llmsched_gym_native", ext_modules=modules, script_args=args)
+            for i, module in enumerate(modules):  # one at a time, so progress can be told
+                _setup(name="llmsched_gym_native", ext_modules=[module], script_args=args)
+                if progress is not None:
+                    progress(i + 1, len(modules), module.name)
         finally:
             os.chdir(cwd)
         for n in todo:

@@ -8,7 +8,9 @@ and the package runs as pure Python.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 
 from llmsched_gym._native import build, clean, status
 
@@ -21,10 +23,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("command", nargs="?", default="build", choices=["build", "status", "clean"])
     p.add_argument("--force", action="store_true", help="build: rebuild up-to-date modules too")
     p.add_argument("--verbose", action="store_true", help="build: show the compiler commands")
+    p.add_argument(
+        "--progress-fd",
+        type=int,
+        metavar="FD",
+        help="build: write a line per compiled module to this open file descriptor (setup.sh "
+        "shows them while the compiler's own output goes to its log)",
+    )
     args = p.parse_args(argv)
     if args.command == "build":
+        report = None
+        if args.progress_fd is not None:
+            try:
+                stream = os.fdopen(args.progress_fd, "w", buffering=1, closefd=False)
+            except OSError as exc:
+                p.error(f"--progress-fd {args.progress_fd}: {exc.strerror}")
+            started = time.perf_counter()
+
+            def report(done: int, total: int, name: str) -> None:
+                elapsed = time.perf_counter() - started
+                stream.write(f"setup: compiled core  {done}/{total} {name} ({elapsed:.0f} s)\n")
+
         try:
-            built = build(force=args.force, quiet=not args.verbose)
+            built = build(force=args.force, quiet=not args.verbose, progress=report)
         except Exception as exc:  # no compiler, no Cython: the package stays pure Python
             print(f"llmsched_gym: compiled core not built ({exc}); running pure Python")
             return 1

@@ -46,7 +46,9 @@ else
 fi
 # The compiled core (llmsched_gym/_native.py): up-to-date modules are skipped.
 if [ "${LLMSCHED_PURE:-0}" = "0" ]; then
-  if ! stage "compiled core" "$VENV/bin/python" -m llmsched_gym.build_native; then
+  # fd 3 is the terminal: a line per compiled module while the compiler's output goes to the log
+  if ! stage "compiled core" "$VENV/bin/python" -m llmsched_gym.build_native --progress-fd 3 3>&1
+  then
     echo "setup: the compiled core was not built; everything runs as pure Python (same results)"
   fi
 fi

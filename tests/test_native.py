@@ -85,3 +85,33 @@ def test_compiled_pure_and_stale_loading(tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["pure", "True"]  # all or nothing: the modules cimport each other
     assert "older than the source of ['llmsched_gym.core.engine']" in out.stderr
+
+
+def test_build_reports_each_module_on_the_progress_fd(monkeypatch, capsys) -> None:
+    """``--progress-fd``: one line per compiled module on that descriptor (setup.sh's terminal),
+    nothing of it on stdout, which setup.sh sends to its log; a closed descriptor is an error."""
+    from llmsched_gym import build_native
+
+    def fake_build(force: bool, quiet: bool, progress) -> list[str]:
+        for i, name in enumerate(_native.MODULES[:2]):
+            progress(i + 1, 2, name)
+        return list(_native.MODULES[:2])
+
+    monkeypatch.setattr(build_native, "build", fake_build)
+    read, write = os.pipe()
+    try:
+        assert build_native.main(["build", "--progress-fd", str(write)]) == 0
+    finally:
+        os.close(write)
+    with os.fdopen(read) as lines:
+        got = lines.read().splitlines()
+    assert [line.split(" (")[0] for line in got] == [
+        f"setup: compiled core  {i + 1}/2 {name}" for i, name in enumerate(_native.MODULES[:2])
+    ]
+    assert capsys.readouterr().out == "compiled core: built 2 modules\n"
+    closed = os.open(os.devnull, os.O_RDONLY)
+    os.close(closed)
+    with pytest.raises(SystemExit) as exc:
+        build_native.main(["build", "--progress-fd", str(closed)])
+    assert exc.value.code == 2
+    assert f"--progress-fd {closed}" in capsys.readouterr().err
