@@ -288,35 +288,44 @@ def run_all(
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     from tqdm import tqdm
 
+    serial = workers == 1 and address is None
+    # Ray prints its start-up lines (token authentication, "Started a local Ray instance") as it
+    # starts: before the bar, so that they do not break into it.
+    ray, started = (None, False) if serial else _start_ray(workers, address)
     bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not progress, leave=False)
     try:
-        if workers == 1 and address is None:
+        if serial:
             rows = []
             for spec, w in jobs:
                 rows.append(run_workload(suite, spec, w, trust_pickle))
                 bar.update()
             return rows
-        return _run_ray(suite, jobs, workers, address, bar, trust_pickle)
+        return _run_ray(ray, started, suite, jobs, bar, trust_pickle)
     finally:
         bar.close()
 
 
+def _start_ray(workers: int, address: str | None) -> tuple[Any, bool]:
+    """``(ray, started)``: Ray, initialised here (``started``) unless it already was."""
+    ray = _check_ray(workers, address)
+    if ray.is_initialized():
+        return ray, False
+    if address is not None:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    return ray, True
+
+
 def _run_ray(
+    ray: Any,
+    started: bool,
     suite: Suite,
     jobs: Sequence[tuple[str, Workload]],
-    workers: int,
-    address: str | None,
     bar: Any,
     trust_pickle: bool,
 ) -> list[dict[str, Any]]:
-    ray = _check_ray(workers, address)
-    started = False
-    if not ray.is_initialized():
-        if address is not None:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-        started = True
+    """Every job as a Ray task; shuts Ray down after if it was ``started`` for these jobs."""
     try:
         remote = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(run_workload)
         suite_ref = ray.put(suite)

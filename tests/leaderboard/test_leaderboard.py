@@ -422,3 +422,26 @@ def test_a_policy_process_that_exits_is_a_failed_row_on_ray(tmp_path, suite):
     )
     assert [r["status"] for r in rows] == ["failed", "failed"]
     assert all("exited with status 3" in r["error"] for r in rows)
+
+
+def test_ray_starts_before_the_progress_bar(suite, monkeypatch):
+    """Ray's start-up lines (token authentication, "Started a local Ray instance") print before
+    the bar, never into it (issue 42 item 2)."""
+    import tqdm
+
+    from llmsched_gym.leaderboard import run
+
+    order = []
+
+    class Bar:
+        def __init__(self, *args, **kwargs):
+            order.append("bar")
+
+        def close(self):
+            order.append("closed")
+
+    monkeypatch.setattr(run, "_start_ray", lambda workers, address: order.append("ray") or (1, 0))
+    monkeypatch.setattr(run, "_run_ray", lambda *args: order.append("jobs") or [])
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    assert run.run_all(suite, [], workers=2) == []
+    assert order == ["ray", "bar", "jobs", "closed"]
