@@ -174,24 +174,13 @@ class RuleAgent:
             masks = np.ones(2, bool) if action_masks is None else np.asarray(action_masks, bool)
             first = PREFILL if self.rule == "prefill-first" else DECODE
             return (first if masks[first] else 1 - first), None
-        if self.task == "Route":
-            return self._route(obs, action_masks), None
-        table = np.asarray(obs["requests"], dtype=np.float64)
-        key = self._key(table)
         if self.task == "Priority":
+            key = self._key(np.asarray(obs["requests"], dtype=np.float64))
             return (-key).astype(np.float32), None
-        rows = np.flatnonzero(np.asarray(obs["mask"], dtype=bool))
-        if self.task == "Preempt":
-            if rows.size == 0:
-                return 0, None
-            return int(rows[np.lexsort((rows, key[rows]))[0]]), None
-        # Select: the valid picks; none left closes the batch (work-conserving).
-        k = table.shape[0]
-        valid = rows if action_masks is None else np.flatnonzero(np.asarray(action_masks)[:k])
-        if valid.size == 0:
-            return k, None
-        waiting = table[valid, _COL["is_running"]] < 0.5
-        return int(valid[np.lexsort((valid, key[valid], waiting))[0]]), None
+        rows, keys, size = self._ranking(obs, action_masks)
+        if rows.size == 0:  # Select: none left closes the batch (work-conserving)
+            return (size - 1 if self.task == "Select" else 0), None
+        return int(rows[_first(rows, keys)]), None
 
     def ties(self, obs: Mapping[str, np.ndarray], action_masks: Any = None) -> np.ndarray:
         """Every action the rule ranks first (Select, Preempt, Route), as a boolean vector.
@@ -202,42 +191,44 @@ class RuleAgent:
         """
         if self.task not in ("Select", "Preempt", "Route"):
             raise ValueError(f"ties are for discrete row actions, not {self.task}'s")
+        rows, keys, size = self._ranking(obs, action_masks)
+        out = np.zeros(size, dtype=bool)
+        if rows.size == 0:
+            out[-1] = self.task == "Select"  # the stop action
+            return out
+        i = _first(rows, keys)
+        out[rows[np.all([k == k[i] for k in keys], axis=0)]] = True
+        return out
+
+    def _ranking(
+        self, obs: Mapping[str, np.ndarray], action_masks: Any
+    ) -> tuple[np.ndarray, list[np.ndarray], int]:
+        """``(candidate rows, their keys most significant first, number of actions)``.
+
+        Lower keys go first; ``predict`` takes the first candidate (ties to the earlier row),
+        ``ties`` every candidate with the same keys. Select: running rows before waiting ones
+        (vLLM's phase (a)), then the rule's key, among the valid picks (plus a stop action);
+        Preempt: the victim key among the visible rows; Route: the backlog among candidates.
+        """
         if self.task == "Route":
             mask = np.asarray(obs["mask"] if action_masks is None else action_masks, dtype=bool)
-            column = np.asarray(obs["instances"], dtype=np.float64)[:, _backlog_column()]
-            out = np.zeros(mask.shape[0], dtype=bool)
-            if mask.any():
-                out[mask] = column[mask] == column[mask].min()
-            return out
+            rows = np.flatnonzero(mask)
+            backlog = np.asarray(obs["instances"], dtype=np.float64)[rows, _backlog_column()]
+            return rows, [backlog], mask.shape[0]
         table = np.asarray(obs["requests"], dtype=np.float64)
         k = table.shape[0]
         key = self._key(table)
         rows = np.flatnonzero(np.asarray(obs["mask"], dtype=bool))
-        size = k if self.task == "Preempt" else k + 1
-        out = np.zeros(size, dtype=bool)
-        if self.task == "Select" and action_masks is not None:
+        if self.task == "Preempt":
+            return rows, [key[rows]], k
+        if action_masks is not None:
             rows = np.flatnonzero(np.asarray(action_masks)[:k])
-        if rows.size == 0:
-            if self.task == "Select":
-                out[k] = True
-            return out
-        rank = key[rows] if self.task == "Preempt" else np.stack(
-            [table[rows, _COL["is_running"]] < 0.5, key[rows]]
-        ).T
-        best = rank.min(axis=0) if rank.ndim == 1 else rank[np.lexsort(rank.T[::-1])[0]]
-        same = rank == best if rank.ndim == 1 else np.all(rank == best, axis=1)
-        out[rows[same]] = True
-        return out
+        return rows, [table[rows, _COL["is_running"]] < 0.5, key[rows]], k + 1
 
-    @staticmethod
-    def _route(obs: Mapping[str, np.ndarray], action_masks: Any) -> int:
-        """The candidate of least backlog (``envs.route_v0``'s instance column ``backlog``)."""
-        mask = obs["mask"] if action_masks is None else action_masks
-        rows = np.flatnonzero(np.asarray(mask, dtype=bool))
-        if rows.size == 0:
-            return 0
-        backlog = np.asarray(obs["instances"], dtype=np.float64)[rows, _backlog_column()]
-        return int(rows[np.argmin(backlog)])
+
+def _first(rows: np.ndarray, keys: list[np.ndarray]) -> int:
+    """Index (into ``rows``) of the candidate the keys rank first; ties to the earlier row."""
+    return int(np.lexsort((rows, *reversed(keys)))[0])
 
 
 def _backlog_column() -> int:
