@@ -299,10 +299,13 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     one (warm start included) that scores best against the task's reference on the held-back
     ``validation_workloads`` becomes the submission. All of it counts in ``cpu_s``.
     """
+    import shutil
+
     import torch
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
+    from llmsched_gym.leaderboard.policy import load_submission
     from llmsched_gym.leaderboard.weights import write_weights
 
     torch.set_num_threads(1)  # small networks: one thread is fastest and leaves a core free
@@ -359,25 +362,14 @@ def train_one(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> d
     model.learn(total_timesteps=timesteps, callback=callbacks)
     if cfg["checkpoints"] and (not candidates or candidates[-1][0] < model.num_timesteps):
         save(int(model.num_timesteps), "final")
-    spec = write_weights(folder, model.policy, cfg["task"], wrapper=wrapper)
     chosen, validation = None, []
-    if candidates:
-        seen = {w.id for w in held} & {w.id for e in envs for w in e.seen}
-        if seen:
-            raise ConfigError(
-                f"{cfg['name']}: training reached the validation workloads {sorted(seen)[:3]}; "
-                "lower timesteps or validation_workloads"
-            )
+    if not candidates:
+        spec = write_weights(folder, model.policy, cfg["task"], wrapper=wrapper)
+    else:
+        check_unreached(cfg, held, {w.id for e in envs for w in e.seen})
         folders = [sub for _, sub in candidates]
-        ratios = validation_ratios(suite, cfg["task"], folders, held)
-        from llmsched_gym.leaderboard.policy import load_submission
-        from llmsched_gym.leaderboard.score import geometric_score
-
-        scores = [geometric_score(ratios[f]).value for f in folders]
-        best = max(range(len(folders)), key=lambda j: scores[j])
+        best, ratios, scores = best_on_validation(suite, cfg["task"], folders, held)
         chosen = folders[best].name
-        import shutil
-
         shutil.copyfile(folders[best] / "policy.pth", folder / "policy.pth")
         spec = load_submission(folders[best]).model
         validation = [
@@ -474,7 +466,13 @@ def validation_ratios(
     out = {}
     for folder in folders:
         ref = trusted(folder)
-        rows = run_all(suite, [(ref, w) for w in workloads], desc=f"validate {Path(folder).name}")
+        # Folders of older runs (SB3's model.zip: pickled entries) are this project's own too.
+        rows = run_all(
+            suite,
+            [(ref, w) for w in workloads],
+            desc=f"validate {Path(folder).name}",
+            trust_pickle=True,
+        )
         bad = [r for r in rows if r["status"] != "ok"]
         if bad:
             raise ConfigError(f"{folder}: {bad[0]['workload']} failed: {bad[0]['error']}")
@@ -482,21 +480,45 @@ def validation_ratios(
     return out
 
 
+def check_unreached(cfg: dict[str, Any], held: list[Any], trained_on: Any) -> None:
+    """An error if training reached a held-back validation workload (ids in ``trained_on``)."""
+    seen = {w.id for w in held} & set(trained_on)
+    if seen:
+        raise ConfigError(
+            f"{cfg['name']}: training reached the validation workloads {sorted(seen)[:3]}; "
+            "lower timesteps or validation_workloads"
+        )
+
+
+def best_on_validation(
+    suite: Any, task: str, folders: list[Path], held: list[Any]
+) -> tuple[int, dict[Any, list[float]], list[float]]:
+    """``(index of the best folder, each folder's ratios, each folder's score)`` on ``held``."""
+    from llmsched_gym.leaderboard.score import geometric_score
+
+    ratios = validation_ratios(suite, task, folders, held)
+    scores = [geometric_score(ratios[f]).value for f in folders]
+    return max(range(len(folders)), key=lambda j: scores[j]), ratios, scores
+
+
 def trusted(folder: Path | str) -> Any:
-    """A submission folder this script trained, as a harness ``PolicyRef`` run in this process.
+    """A weights folder this script trained, as a harness ``PolicyRef`` run in this process.
 
     The harness runs a submission's model in a sandboxed process, one message per decision
     (about 2 ms each here); weights this script has just written are its own, so its
     validation and test runs build the same agent (``weights.build_agent``: the same network,
     weights and one torch thread) here, several times faster, with the same actions. The
-    leaderboard's own ``evaluate`` of a submitted seed runs it sandboxed again.
+    leaderboard's own ``evaluate`` of a submitted seed runs it sandboxed again. Anything else
+    (a built-in policy name, a folder of another kind) is returned as given, for the harness.
     """
     from llmsched_gym.leaderboard.policy import PolicyRef, load_submission, wrap_agent
     from llmsched_gym.leaderboard.weights import build_agent
 
+    if not (Path(folder) / "submission.yaml").is_file():
+        return str(folder)
     sub = load_submission(folder)
     if sub.model is None:
-        raise ConfigError(f"{folder}: not a 'policy: model' submission")
+        return str(folder)
 
     class InProcessModel(PolicyRef):
         def build(self, task: Any, seed: int, workload: Any = None, **_: Any) -> Any:
@@ -523,29 +545,20 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
     import shutil
 
     from llmsched_gym.leaderboard.policy import load_submission
-    from llmsched_gym.leaderboard.score import geometric_score
 
     if cfg["restarts"] == 1:
         return train_one(cfg, seed, folder, timesteps)
     started, cpu_started = time.perf_counter(), cpu_seconds()
     suite, workloads = _train_workloads(cfg)
     held = validation_workloads(workloads, cfg["validation_workloads"])
-    held_ids = {w.id for w in held}
     runs, folders = [], []
     for j in range(cfg["restarts"]):
         sub = folder / f"restart{j}"
         record = train_one(cfg, seed + 1000 * j, sub, timesteps)
-        seen = held_ids & set(record["train_workloads"])
-        if seen:
-            raise ConfigError(
-                f"{cfg['name']}: training reached the validation workloads {sorted(seen)[:3]}; "
-                "lower timesteps or validation_workloads"
-            )
+        check_unreached(cfg, held, record["train_workloads"])
         runs.append(record)
         folders.append(sub)
-    ratios = validation_ratios(suite, cfg["task"], folders, held)
-    scores = [geometric_score(ratios[f]).value for f in folders]
-    best = max(range(len(folders)), key=lambda j: scores[j])
+    best, ratios, scores = best_on_validation(suite, cfg["task"], folders, held)
     for name in ("policy.pth", "learning_curve.csv", "learning_curve.png"):
         shutil.copyfile(folders[best] / name, folder / name)
     _write_submission(
@@ -561,7 +574,7 @@ def train_seed(cfg: dict[str, Any], seed: int, folder: Path, timesteps: int) -> 
         "timesteps": sum(r["timesteps"] for r in runs),
         "episodes": runs[best]["episodes"],
         "train_workloads": sorted({w for r in runs for w in r["train_workloads"]}),
-        "validation_workloads": sorted(held_ids),
+        "validation_workloads": sorted(w.id for w in held),
         "restarts": [
             {
                 "seed": r["seed"],
@@ -755,23 +768,18 @@ def paired_lines(
     logs: dict[str, list[float]] = {}
     seed_means = []
     for rows in per_seed.values():
-        mine = [
-            math.log(rule[r["workload"]]["value"] / r["value"])
-            for r in rows
-            if r["status"] == "ok" and r["workload"] in rule
-        ]
+        mine = []
         for r in rows:
             if r["status"] == "ok" and r["workload"] in rule:
-                logs.setdefault(r["workload"], []).append(
-                    math.log(rule[r["workload"]]["value"] / r["value"])
-                )
+                x = math.log(rule[r["workload"]]["value"] / r["value"])
+                mine.append(x)
+                logs.setdefault(r["workload"], []).append(x)
         seed_means.append(math.exp(float(np.mean(mine))))
     failed = sum(r["status"] != "ok" for rows in per_seed.values() for r in rows)
     by_seed = geometric_score(seed_means)
     by_workload = geometric_score(math.exp(float(np.mean(v))) for v in logs.values())
-    low = min(x for x in (by_seed.low, by_workload.low) if math.isfinite(x)) if (
-        len(seed_means) > 1
-    ) else by_workload.low
+    lows = [x for x in (by_seed.low, by_workload.low) if math.isfinite(x)]  # one seed: no interval
+    low = min(lows) if lows else math.nan
     at = by_workload.value >= 1.0 and low >= float(target["paired_low"]) and not failed
     above = low >= 1.02 and not failed
     verdict = "above (lower end >= 1.02)" if above else "at or above" if at else "missed"
