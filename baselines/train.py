@@ -924,6 +924,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"seed {seed}: read {folder}/results.csv (--resume)", file=sys.stderr)
                 text = summarize(cfg, per_seed, out)
                 continue
+            # A retrained seed's earlier test rows are not this model's (--resume reads them).
+            (folder / "results.csv").unlink(missing_ok=True)
             record = train_seed(cfg, seed, folder, timesteps)
             print(
                 f"seed {seed}: {record['timesteps']:,} steps, {record['episodes']} episodes, "

@@ -164,6 +164,19 @@ def test_resume_reads_finished_seeds_instead_of_retraining(tmp_path, capsys) -> 
     assert not (tmp_path / "seed0" / "policy.pth").exists()  # nothing was trained
 
 
+def test_retraining_a_seed_drops_its_earlier_test_rows(tmp_path, monkeypatch) -> None:
+    """A seed trained again (here with --no-eval) loses the results.csv of the model it
+    replaces, so a later --resume cannot take those rows for the new model's."""
+    train = _train()
+    (tmp_path / "seed0").mkdir()
+    (tmp_path / "seed0" / "results.csv").write_text("stale\n")
+    record = {"timesteps": 1, "episodes": 0, "cpu_s": 0.0}
+    monkeypatch.setattr(train, "train_seed", lambda *args: record)
+    config = str(ROOT / "configs" / "maskable-ppo-select.yaml")
+    assert train.main([config, "--seeds", "0", "--no-eval", "--out", str(tmp_path)]) == 0
+    assert not (tmp_path / "seed0" / "results.csv").exists()
+
+
 def test_shaped_recipe_builds_its_envs_with_the_learners_gamma() -> None:
     """The shaping takes the config's gamma (Ng et al.: only the learner's own keeps the
     optimal policies), the baseline is the task's reference, and the scores are not clipped."""
