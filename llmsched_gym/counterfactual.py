@@ -198,18 +198,14 @@ def counterfactual(
     import pandas as pd
     from tqdm import tqdm
 
-    from llmsched_gym.envs.registration import CLUSTER_TASKS, TASKS
+    from llmsched_gym.tasks import task_spec
 
     if decision not in DECISIONS:
         raise ConfigError(f"--decision must be one of {list(DECISIONS)}, got {decision!r}")
     if points < 1:
         raise ConfigError(f"--points must be >= 1, got {points}")
     task = DECISIONS[decision]
-    entry = {**TASKS, **CLUSTER_TASKS}[task]
-    module, _, cls = entry.partition(":")
-    import importlib
-
-    env_class = getattr(importlib.import_module(module), cls)
+    env_class = task_spec(task).env_class()
 
     env = env_class(scenario=scenario, scenario_overrides=overrides or None)
     agent = _make_agent(decision, policy)

@@ -39,9 +39,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from llmsched_gym.counterfactual import fork
+from llmsched_gym.envs.knob_v0 import LOOKAHEAD_CANDIDATES as KNOB_CANDIDATES
+from llmsched_gym.envs.priority_v0 import LOOKAHEAD_CANDIDATES as PRIORITY_CANDIDATES
+from llmsched_gym.tasks import TASKS as _SPECS
 from llmsched_gym.errors import ConfigError
 
 __all__ = [
@@ -52,22 +53,12 @@ __all__ = [
     "LookaheadAgent",
 ]
 
-TASKS = ("Priority", "Select", "Preempt", "BatchType", "Knob", "Route")
-"""Tasks the agent acts in (its environment's ``task``)."""
+TASKS = tuple(_SPECS)
+"""Tasks the agent acts in (its environment's ``task``; ``llmsched_gym.tasks``)."""
 
-BASES = {"Route": "least-load:requests"}
-"""Default base policies: ``least-load:requests`` on Route, else ``vllm-v1`` (the reference)."""
-
-PRIORITY_CANDIDATES = (
-    "vllm-v1",
-    "static-priority:shortest-prompt",
-    "static-priority:shortest-total",
-    "static-priority:shortest-output",
-)
-"""Priority: schedulers whose scores are tried (``PolicyAgent``'s ranks of the visible rows)."""
-
-KNOB_CANDIDATES = ((1.0, 1.0), (0.5, 1.0), (0.25, 1.0), (1.0, 0.5))
-"""Knob: (token budget, sequence cap) fractions tried; (1, 1) is vLLM V1's own setting."""
+BASES = {name: t.lookahead_base for name, t in _SPECS.items() if t.lookahead_base != "vllm-v1"}
+"""Default base policies: ``least-load:requests`` on Route, else ``vllm-v1`` (the reference);
+each task's ``TaskSpec.lookahead_base``."""
 
 
 class LookaheadAgent:
@@ -100,13 +91,15 @@ class LookaheadAgent:
         horizon_s: float | None = None,
         candidates: Sequence[Any] | None = None,
     ) -> None:
-        if task not in TASKS:
+        spec = _SPECS.get(task) if isinstance(task, str) else None
+        if spec is None:
             raise ConfigError(f"LookaheadAgent: task must be one of {list(TASKS)}, got {task!r}")
         self.task = task
-        base = BASES.get(task, "vllm-v1") if base is None else base
+        self._spec = spec
+        base = spec.lookahead_base if base is None else base
         from llmsched_gym.cluster.routers import registered_policies
 
-        known, what = registered_policies(task == "Route")
+        known, what = registered_policies(spec.cluster)
         if base not in known:
             raise ConfigError(
                 f"LookaheadAgent: base {base!r} is not a registered {what} for {task} (see "
@@ -124,53 +117,11 @@ class LookaheadAgent:
                 f"the end of the episode), got {horizon_s!r}"
             )
         self.horizon_s = None if horizon_s is None else float(horizon_s)
-        self.candidates = self._check_candidates(candidates)
+        env_class = spec.env_class()
+        self.candidates = env_class.check_lookahead_candidates(candidates)
         self._base_agent = self.base_agent()
-        self._candidate_agents = (
-            [self._policy_agent(name) for name in self.candidates] if task == "Priority" else []
-        )
+        self._actors = env_class.lookahead_actors(self.candidates)
         self.stats = {"decisions": 0, "forks": 0, "left_base": 0}
-
-    def _check_candidates(self, candidates: Sequence[Any] | None) -> tuple:
-        task = self.task
-        if task == "Priority":
-            names = PRIORITY_CANDIDATES if candidates is None else candidates
-            from llmsched_gym.policies.registry import list_policies
-
-            if isinstance(names, str) or not names:
-                raise ConfigError(
-                    f"LookaheadAgent: Priority candidates must be a non-empty list of scheduler "
-                    f"names, got {names!r}"
-                )
-            unknown = [n for n in names if n not in list_policies()]
-            if unknown:
-                raise ConfigError(
-                    f"LookaheadAgent: Priority candidates {unknown} are not registered "
-                    "schedulers (see 'llmsched-gym list schedulers')"
-                )
-            return tuple(names)
-        if task == "Knob":
-            pairs = KNOB_CANDIDATES if candidates is None else candidates
-            try:
-                arr = np.asarray(pairs, dtype=np.float64)
-            except (TypeError, ValueError):
-                arr = np.empty(0)
-            if arr.ndim != 2 or arr.shape[1] != 2 or len(arr) == 0:
-                raise ConfigError(
-                    "LookaheadAgent: Knob candidates must be a non-empty list of (token "
-                    f"fraction, sequence fraction) pairs, got {pairs!r}"
-                )
-            if not (np.isfinite(arr).all() and (arr >= 0).all() and (arr <= 1).all()):
-                raise ConfigError(
-                    f"LookaheadAgent: Knob candidate fractions must lie in [0, 1], got {pairs!r}"
-                )
-            return tuple(tuple(float(x) for x in row) for row in arr)
-        if candidates is not None:
-            raise ConfigError(
-                f"LookaheadAgent: {task} tries every valid action; candidates apply to Priority "
-                "and Knob only"
-            )
-        return ()
 
     def _policy_agent(self, name: str) -> Any:
         from llmsched_gym.envs.adapters import PolicyAgent
@@ -180,7 +131,7 @@ class LookaheadAgent:
 
     def base_agent(self) -> Any:
         """A fresh agent of the base policy (``RouterAgent`` on Route, else ``PolicyAgent``)."""
-        if self.task == "Route":
+        if self._spec.cluster:
             from llmsched_gym.envs.adapters import RouterAgent
 
             return RouterAgent(self.base)
@@ -198,7 +149,7 @@ class LookaheadAgent:
         # The base decides first, in this environment: a stateful base (round-robin's turn)
         # moves on as it would have, and every fork continues from that state.
         own = self._base_agent.act(env)
-        candidates = self._candidates(env, own)
+        candidates = env.lookahead_options(own, self._actors)
         self.stats["decisions"] += 1
         if len(candidates) == 1:
             return own
@@ -215,24 +166,6 @@ class LookaheadAgent:
         if best:
             self.stats["left_base"] += 1
         return candidates[best]
-
-    def _candidates(self, env: Any, own: Any) -> list[Any]:
-        """The base's action first, then the others (duplicates dropped)."""
-        if self.task == "Priority":
-            options = [own, *(agent.act(env) for agent in self._candidate_agents)]
-        elif self.task == "Knob":
-            options = [own, *(np.asarray(c, dtype=np.float32) for c in self.candidates)]
-        else:
-            own = int(own)
-            valid = np.flatnonzero(env.action_masks()).tolist()
-            return [own, *(a for a in valid if a != own)]
-        out: list[Any] = []
-        for a in options:
-            a = np.asarray(a, dtype=np.float32)
-            if not any(np.array_equal(a, b) for b in out):
-                out.append(a)
-        return out
-
 
 def _rollout(env: Any, base: Any, action: Any, stop: float) -> tuple[float, Any]:
     """Take ``action``, then ``base``'s actions until the clock reaches ``stop`` or the end.

@@ -4,7 +4,8 @@ A module may import modules of its own floor or lower ones, never a higher one. 
 the ground up (a module belongs to the longest prefix listed; ARCHITECTURE.md draws them):
 
 0. plumbing: errors, config, JSON/YAML readers, the compiled-core loader;
-1. data: request and job specs, the cost models, record column names, atomic file writes;
+1. data: request and job specs, the cost models, record column names, atomic file writes, the
+   task descriptors;
 2. the KV cache, queues and the metrics computed from records;
 3. the engine (``core.engine``, ``core.async_loop``);
 4. policies (schedulers) and workload generators;
@@ -32,6 +33,7 @@ FLOORS = {
     "errors": 0, "config": 0, "_json": 0, "_yaml": 0, "_gc": 0, "_markdown": 0, "_native": 0,
     "build_native": 0,
     "core.request": 1, "core.job": 1, "cost": 1, "metrics.columns": 1, "metrics._atomic": 1,
+    "tasks": 1,
     "kv": 2, "core.queues": 2, "metrics": 2,
     "core": 3,
     "policies": 4, "workloads": 4,

@@ -29,20 +29,13 @@
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Any
 
 import numpy as np
 
 from llmsched_gym.core.engine import Engine, SchedulingPolicy, StepContext
-from llmsched_gym.envs.base import InvalidActionError, LLMSchedEnv, check_box, check_discrete
-from llmsched_gym.envs.batch_type_v0 import DECODE, PREFILL, BatchTypeEnv, batch_type_masks
-from llmsched_gym.envs.knob_v0 import KnobEnv, knob_caps
-from llmsched_gym.envs.preempt_v0 import PreemptEnv
-from llmsched_gym.envs.priority_v0 import PriorityEnv, set_scores
-from llmsched_gym.envs.select_v0 import BLOCKED, PREEMPTED_SELF, BatchBuilder, SelectEnv
+from llmsched_gym.envs.base import InvalidActionError, LLMSchedEnv, check_discrete
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.policies.vllm_v1 import drive, pack
 
 __all__ = ["AgentPolicy", "AgentRouter", "PolicyAgent", "RouterAgent", "rollout"]
 
@@ -56,42 +49,12 @@ class PolicyAgent:
         self.policy = policy
 
     def act(self, env: Any) -> Any:
-        """The action ``policy`` takes at ``env``'s current decision."""
+        """The action ``policy`` takes at ``env``'s current decision (the task's
+        ``policy_action``)."""
         base = env.unwrapped
-        if isinstance(base, PriorityEnv):
-            return self._scores(base)
-        if isinstance(base, BatchTypeEnv):
-            masks = batch_type_masks(base.engine)
-            if self.policy.name == "sarathi" and masks[DECODE]:
-                return DECODE
-            return PREFILL if masks[PREFILL] else DECODE
-        if isinstance(base, SelectEnv):
-            b = base.builder
-            k = base.top_k
-            if b is None or b.last_result in (PREEMPTED_SELF, BLOCKED) or not b.valid[0]:
-                return k
-            return 0
-        if isinstance(base, PreemptEnv):
-            return 0
-        if isinstance(base, KnobEnv):
-            return np.ones(2, dtype=np.float32)
-        raise ConfigError(f"PolicyAgent does not know environment {type(base).__name__}")
-
-    def _scores(self, env: PriorityEnv) -> np.ndarray:
-        k = env.top_k
-        rows = list(range(len(env._visible)))
-        policy = self.policy
-        if policy.queue_policy(env.config) == "priority":
-            waiting_rows = [i for i in rows if env._visible[i].status.name != "RUNNING"]
-            ranked = sorted(
-                waiting_rows,
-                key=lambda i: (policy.priority_key(env._visible[i]), env._visible[i].seq),
-            )
-            rows = ranked + rows[len(waiting_rows) :]
-        scores = [-1.0] * k
-        for rank, i in enumerate(rows):
-            scores[i] = 1.0 - 2.0 * rank / k
-        return np.array(scores, dtype=np.float32)
+        if not isinstance(base, LLMSchedEnv):
+            raise ConfigError(f"PolicyAgent does not know environment {type(base).__name__}")
+        return base.policy_action(self.policy)
 
 
 def rollout(
@@ -189,6 +152,7 @@ class AgentPolicy(SchedulingPolicy):
         shell.ledger = None
         shell.builder = None
         shell.requester = None
+        shell.window_s = window_s
         shell._visible = []
         self._shell = shell
         self._inner = shell._make_policy()
@@ -201,60 +165,18 @@ class AgentPolicy(SchedulingPolicy):
         shell.config = engine.config
         shell._priority = engine.config.scheduling_policy == "priority"
         shell._bind(engine)
-        self._next_window = 0.0
+        shell._next_window = 0.0
 
     def _decide(self, mask: np.ndarray | None = None) -> Any:
         obs = self._shell._observe()
         return _call_agent(self.agent, obs, mask)
 
     def schedule(self, ctx: StepContext) -> None:
-        """Ask the agent (once or several times) and build the batch from its answers."""
-        shell, inner, k = self._shell, self._inner, self.top_k
-        engine = shell.engine
-        if issubclass(self.env_class, PriorityEnv):
-            scores = check_box(self._decide(), (k,), "Priority")
-            set_scores(inner, shell._visible, scores, engine)
-            inner.schedule(ctx)
-        elif issubclass(self.env_class, BatchTypeEnv):
-            inner.batch_type = check_discrete(
-                self._decide(batch_type_masks(engine)), 2, "BatchType"
-            )
-            inner.schedule(ctx)
-        elif issubclass(self.env_class, KnobEnv):
-            if ctx.now >= self._next_window:
-                cfg = ctx.config
-                caps = knob_caps(self._decide(), cfg.max_num_batched_tokens, cfg.max_num_seqs)
-                inner.set_caps(*caps, cfg.max_num_seqs)
-                self.fast_forward_safe = inner.fast_forward_safe
-                self._next_window = (math.floor(ctx.now / self.window_s) + 1) * self.window_s
-            inner.schedule(ctx)
-        elif issubclass(self.env_class, SelectEnv):
-            builder = BatchBuilder(ctx, k)
-            shell.builder = builder
-            while builder.valid[:k].any():
-                a = check_discrete(self._decide(builder.valid.copy()), k + 1, "Select")
-                if not builder.valid[a]:
-                    raise InvalidActionError(f"Select: the agent chose masked action {a}")
-                if a == k:
-                    break
-                builder.pick(a)
-            shell.builder = None
-        elif issubclass(self.env_class, PreemptEnv):
-
-            def victim(req: Any) -> Any:
-                shell.requester = req
-                mask = np.zeros(k, dtype=bool)
-                a = check_discrete(self._decide(), k, "Preempt")
-                rows = shell._visible
-                mask[: len(rows)] = True
-                if a >= len(rows):
-                    raise InvalidActionError(f"Preempt: the agent chose empty row {a}")
-                return rows[a]
-
-            drive(pack(ctx), victim)
-            shell.requester = None
-        else:
-            raise ConfigError(f"AgentPolicy does not know {self.env_class.__name__}")
+        """Ask the agent (once or several times) and build the batch from its answers (the
+        task's ``drive_agent``, through the environment's own code)."""
+        inner = self._inner
+        self._shell.drive_agent(inner, ctx, self._decide)
+        self.fast_forward_safe = inner.fast_forward_safe
 
 
 class RouterAgent:

@@ -72,6 +72,16 @@ def check_discrete(action: Any, n: int, what: str) -> int:
     return value
 
 
+def distinct_actions(options: list[Any]) -> list[np.ndarray]:
+    """Box actions as float32 arrays, in order, without repeats (the lookahead's candidates)."""
+    out: list[np.ndarray] = []
+    for a in options:
+        a = np.asarray(a, dtype=np.float32)
+        if not any(np.array_equal(a, b) for b in out):
+            out.append(a)
+    return out
+
+
 def check_box(action: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
     """A float64 array of ``shape`` with finite values, or an InvalidActionError."""
     try:
@@ -296,6 +306,54 @@ class LLMSchedEnv(gym.Env):
 
     def _clock(self) -> float:
         return self.engine.now
+
+    # -- the task's behaviour outside its episode (``llmsched_gym.tasks``) -------------------
+    def policy_action(self, policy: Any) -> Any:
+        """The action the built-in scheduler ``policy`` takes at the current decision."""
+        raise ConfigError(f"built-in schedulers do not act in {type(self).__name__}")
+
+    def drive_agent(self, inner: EnvPolicy, ctx: StepContext, decide: Any) -> None:
+        """One engine step whose decisions ``decide(mask)`` takes (``AgentPolicy``).
+
+        ``self`` is the adapter's shell, bound to the engine the step runs in; ``inner`` is
+        the task's policy (``_make_policy``), which builds the batch from the decisions.
+        """
+        raise ConfigError(f"{type(self).__name__} cannot be driven by an agent in simulate")
+
+    @classmethod
+    def random_action(
+        cls, rng: np.random.Generator, top_k: int, obs: Any, action_masks: Any
+    ) -> Any:
+        """A uniformly random valid action (the ``random`` agent): masked tasks draw one of
+        the valid actions (``action_masks`` if given, else the observation's row mask)."""
+        mask = action_masks if action_masks is not None else obs["mask"]
+        valid = np.flatnonzero(np.asarray(mask, dtype=bool))
+        if valid.size == 0:
+            return 0
+        return int(valid[rng.integers(valid.size)])
+
+    @classmethod
+    def check_lookahead_candidates(cls, candidates: Any) -> tuple:
+        """The lookahead oracle's declared candidates, checked (masked tasks take none: every
+        valid action is a candidate)."""
+        if candidates is not None:
+            raise ConfigError(
+                f"LookaheadAgent: {cls.task} tries every valid action; candidates apply to "
+                "Priority and Knob only"
+            )
+        return ()
+
+    @classmethod
+    def lookahead_actors(cls, candidates: tuple) -> tuple:
+        """What ``lookahead_options`` is given for ``candidates``, built once per agent."""
+        return candidates
+
+    def lookahead_options(self, own: Any, candidates: tuple) -> list[Any]:
+        """The actions the lookahead oracle tries here: the base's own first, then the others
+        (masked tasks: every other valid action)."""
+        own = int(own)
+        valid = np.flatnonzero(self.action_masks()).tolist()
+        return [own, *(a for a in valid if a != own)]
 
     # -- binding (shared with AgentPolicy) ---------------------------------------------------
     def _bind(self, engine: Engine) -> None:

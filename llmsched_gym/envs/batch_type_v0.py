@@ -96,6 +96,19 @@ class BatchTypeEnv(LLMSchedEnv):
         """[prefill has candidates, decode has candidates]; never all False."""
         return batch_type_masks(self.engine)
 
+    def policy_action(self, policy: Any) -> int:
+        """The policy's batch-type rule (hybrid batches are not in this action space):
+        ``sarathi`` decodes first, every other policy prefills first (``vllm-v0``'s rule)."""
+        masks = batch_type_masks(self.engine)
+        if policy.name == "sarathi" and masks[DECODE]:
+            return DECODE
+        return PREFILL if masks[PREFILL] else DECODE
+
+    def drive_agent(self, inner: Any, ctx: StepContext, decide: Any) -> None:
+        """The agent picks the step's type once (masked to the types with candidates)."""
+        inner.batch_type = check_discrete(decide(batch_type_masks(self.engine)), 2, "BatchType")
+        inner.schedule(ctx)
+
 
 def batch_type_masks(engine: Any) -> np.ndarray:
     """Which batch types have candidate requests now."""

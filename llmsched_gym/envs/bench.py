@@ -26,6 +26,7 @@ from gymnasium.spaces import Box, Discrete
 
 from llmsched_gym.envs.adapters import PolicyAgent, RouterAgent
 from llmsched_gym.envs.registration import CLUSTER_TASKS, TASKS
+from llmsched_gym.tasks import task_spec
 from llmsched_gym.policies.registry import make_policy
 from llmsched_gym.scenarios.spec import load_scenario
 
@@ -88,7 +89,6 @@ def bench(
     route_scenario: str = "chat-azure-conv-4x-v0",
 ) -> list[dict[str, Any]]:
     """Steps per second of each task's environment; one row per (task, agent)."""
-    import importlib
 
     overrides = {"workload.limit": limit}
     chosen = tasks or [*TASKS, *CLUSTER_TASKS]
@@ -109,9 +109,7 @@ def bench(
              "steps_per_s": n / sim.wall_s}
         )  # fmt: skip
     for task in chosen:
-        entry = TASKS.get(task) or CLUSTER_TASKS[task]
-        module, cls = entry.split(":")
-        env_class = getattr(importlib.import_module(module), cls)
+        env_class = task_spec(task).env_class()
         env = env_class(
             route_scenario if task in CLUSTER_TASKS else scenario, scenario_overrides=overrides
         )

@@ -9,9 +9,14 @@ import numpy as np
 from gymnasium import spaces
 
 from llmsched_gym.core.engine import StepContext
-from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_box
+from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_box, distinct_actions
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.policies.vllm_v1 import drive, pack, vllm_victim
+
+
+LOOKAHEAD_CANDIDATES = ((1.0, 1.0), (0.5, 1.0), (0.25, 1.0), (1.0, 0.5))
+"""(token budget, sequence cap) fractions the lookahead oracle tries; (1, 1) is vLLM V1's own
+setting."""
 
 
 class KnobPolicy(EnvPolicy):
@@ -118,6 +123,51 @@ class KnobEnv(LLMSchedEnv):
     def _advance(self) -> bool:
         eng = self.engine
         return eng.next_event_time() != math.inf and self._window_end < self._until()
+
+    def policy_action(self, policy: Any) -> np.ndarray:
+        """The whole budget and every sequence slot (the engine's own settings)."""
+        return np.ones(2, dtype=np.float32)
+
+    def drive_agent(self, inner: Any, ctx: StepContext, decide: Any) -> None:
+        """At the first step of each window the agent sets the caps; every step packs under
+        them."""
+        if ctx.now >= self._next_window:
+            cfg = ctx.config
+            caps = knob_caps(decide(), cfg.max_num_batched_tokens, cfg.max_num_seqs)
+            inner.set_caps(*caps, cfg.max_num_seqs)
+            self._next_window = (math.floor(ctx.now / self.window_s) + 1) * self.window_s
+        inner.schedule(ctx)
+
+    @classmethod
+    def random_action(
+        cls, rng: np.random.Generator, top_k: int, obs: Any, action_masks: Any
+    ) -> np.ndarray:
+        """Both fractions uniform in [0, 1]."""
+        return rng.uniform(0.0, 1.0, 2).astype(np.float32)
+
+    @classmethod
+    def check_lookahead_candidates(cls, candidates: Any) -> tuple:
+        """(token fraction, sequence fraction) pairs in [0, 1] (default
+        ``LOOKAHEAD_CANDIDATES``)."""
+        pairs = LOOKAHEAD_CANDIDATES if candidates is None else candidates
+        try:
+            arr = np.asarray(pairs, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = np.empty(0)
+        if arr.ndim != 2 or arr.shape[1] != 2 or len(arr) == 0:
+            raise ConfigError(
+                "LookaheadAgent: Knob candidates must be a non-empty list of (token fraction, "
+                f"sequence fraction) pairs, got {pairs!r}"
+            )
+        if not (np.isfinite(arr).all() and (arr >= 0).all() and (arr <= 1).all()):
+            raise ConfigError(
+                f"LookaheadAgent: Knob candidate fractions must lie in [0, 1], got {pairs!r}"
+            )
+        return tuple(tuple(float(x) for x in row) for row in arr)
+
+    def lookahead_options(self, own: Any, candidates: tuple) -> list[Any]:
+        """The base's fractions, then each candidate pair, deduplicated."""
+        return distinct_actions([own, *candidates])
 
     def _apply(self, action: Any) -> None:
         cfg = self.config

@@ -7,9 +7,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request, RequestStatus
 from llmsched_gym.envs.base import EnvPolicy, InvalidActionError, LLMSchedEnv, check_discrete
-from llmsched_gym.policies.vllm_v1 import Packer, pack
+from llmsched_gym.policies.vllm_v1 import Packer, drive, pack
 
 
 class PreemptPolicy(EnvPolicy):
@@ -122,6 +123,25 @@ class PreemptEnv(LLMSchedEnv):
         if victim.status is not RequestStatus.RUNNING:
             raise InvalidActionError(f"Preempt: row {a} ({victim.request_id}) is not running")
         self._send(victim)
+
+    def policy_action(self, policy: Any) -> int:
+        """vLLM's victim: the first row (``victim_order``)."""
+        return 0
+
+    def drive_agent(self, inner: Any, ctx: StepContext, decide: Any) -> None:
+        """vLLM's packing, with the agent naming each victim among the running rows."""
+        k = self.top_k
+
+        def victim(req: Request) -> Request:
+            self.requester = req
+            a = check_discrete(decide(), k, "Preempt")
+            rows = self._visible
+            if a >= len(rows):
+                raise InvalidActionError(f"Preempt: the agent chose empty row {a}")
+            return rows[a]
+
+        drive(pack(ctx), victim)
+        self.requester = None
 
     def action_masks(self) -> np.ndarray:
         """Rows holding a running request (row 0 when there is none, e.g. at the end)."""

@@ -11,9 +11,19 @@ from gymnasium import spaces
 
 from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request, RequestStatus
-from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_box
+from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_box, distinct_actions
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.policies.vllm_v1 import drive, pack
+
+
+LOOKAHEAD_CANDIDATES = (
+    "vllm-v1",
+    "static-priority:shortest-prompt",
+    "static-priority:shortest-total",
+    "static-priority:shortest-output",
+)
+"""Schedulers whose scores the lookahead oracle tries (``PriorityEnv.policy_action``'s ranks of
+the visible rows)."""
 
 
 class PriorityPolicy(EnvPolicy):
@@ -241,6 +251,70 @@ class PriorityEnv(LLMSchedEnv):
         if self._live is not None:
             self._policy.prepare(self.engine)
         self.engine.step()
+
+    # -- the task outside its episode (``llmsched_gym.tasks``) ----------------------------------
+    def policy_action(self, policy: Any) -> np.ndarray:
+        """Scores that rank the visible rows as ``policy`` would: row order, except that a
+        policy with its own priority queue (``static-priority:*``) orders the waiting rows by
+        its key (first row 1.0, falling by 2/K per rank; empty rows -1)."""
+        k = self.top_k
+        visible = self._visible
+        rows = list(range(len(visible)))
+        if policy.queue_policy(self.config) == "priority":
+            waiting_rows = [i for i in rows if visible[i].status.name != "RUNNING"]
+            ranked = sorted(
+                waiting_rows, key=lambda i: (policy.priority_key(visible[i]), visible[i].seq)
+            )
+            rows = ranked + rows[len(waiting_rows) :]
+        scores = [-1.0] * k
+        for rank, i in enumerate(rows):
+            scores[i] = 1.0 - 2.0 * rank / k
+        return np.array(scores, dtype=np.float32)
+
+    def drive_agent(self, inner: Any, ctx: StepContext, decide: Any) -> None:
+        """The agent scores the rows once; the step packs in that order."""
+        scores = check_box(decide(), (self.top_k,), "Priority")
+        set_scores(inner, self._visible, scores, self.engine)
+        inner.schedule(ctx)
+
+    @classmethod
+    def random_action(
+        cls, rng: np.random.Generator, top_k: int, obs: Any, action_masks: Any
+    ) -> np.ndarray:
+        """Scores uniform in [-1, 1]."""
+        return rng.uniform(-1.0, 1.0, top_k).astype(np.float32)
+
+    @classmethod
+    def check_lookahead_candidates(cls, candidates: Any) -> tuple:
+        """Scheduler names whose scores the lookahead tries (default ``LOOKAHEAD_CANDIDATES``)."""
+        from llmsched_gym.policies.registry import list_policies
+
+        names = LOOKAHEAD_CANDIDATES if candidates is None else candidates
+        if isinstance(names, str) or not names:
+            raise ConfigError(
+                "LookaheadAgent: Priority candidates must be a non-empty list of scheduler "
+                f"names, got {names!r}"
+            )
+        unknown = [n for n in names if n not in list_policies()]
+        if unknown:
+            raise ConfigError(
+                f"LookaheadAgent: Priority candidates {unknown} are not registered schedulers "
+                "(see 'llmsched-gym list schedulers')"
+            )
+        return tuple(names)
+
+    def lookahead_options(self, own: Any, candidates: tuple) -> list[Any]:
+        """The base's scores, then each candidate scheduler's (``policy_action``), deduplicated.
+
+        ``candidates`` are the policies, built once per agent (``lookahead_actors``)."""
+        return distinct_actions([own, *(self.policy_action(p) for p in candidates)])
+
+    @classmethod
+    def lookahead_actors(cls, candidates: tuple) -> tuple:
+        """The candidate schedulers, built once."""
+        from llmsched_gym.policies.registry import make_policy
+
+        return tuple(make_policy(name) for name in candidates)
 
     def close(self) -> None:
         """Drop the engine (and shut a live engine down)."""

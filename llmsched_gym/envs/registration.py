@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-TASKS = {
-    "Priority": "llmsched_gym.envs.priority_v0:PriorityEnv",
-    "BatchType": "llmsched_gym.envs.batch_type_v0:BatchTypeEnv",
-    "Select": "llmsched_gym.envs.select_v0:SelectEnv",
-    "Preempt": "llmsched_gym.envs.preempt_v0:PreemptEnv",
-    "Knob": "llmsched_gym.envs.knob_v0:KnobEnv",
-}
-"""Task name -> entry point."""
+from llmsched_gym.tasks import TASKS as _SPECS
+
+TASKS = {name: t.entry_point for name, t in _SPECS.items() if not t.cluster}
+"""Task name -> entry point, for tasks in one engine (``llmsched_gym.tasks``)."""
 
 SCENARIOS = (
     "chat-azure-conv-v0",
@@ -28,8 +24,8 @@ SCENARIOS = (
 )
 """Shipped single-engine scenarios with registered environments (every task but Route)."""
 
-CLUSTER_TASKS = {"Route": "llmsched_gym.envs.route_v0:RouteEnv"}
-"""Task name -> entry point, for tasks over a scenario's cluster."""
+CLUSTER_TASKS = {name: t.entry_point for name, t in _SPECS.items() if t.cluster}
+"""Task name -> entry point, for tasks over a scenario's cluster (``llmsched_gym.tasks``)."""
 
 ROUTER_KNOB = "llmsched_gym.envs.router_knob_v0:RouterKnobEnv"
 """Entry point of the Knob task on a cluster (a router parameter per window)."""

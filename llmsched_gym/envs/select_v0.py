@@ -9,7 +9,7 @@ from gymnasium import spaces
 
 from llmsched_gym.core.engine import StepContext
 from llmsched_gym.core.request import Request, RequestStatus
-from llmsched_gym.envs.base import EnvPolicy, LLMSchedEnv, check_discrete
+from llmsched_gym.envs.base import EnvPolicy, InvalidActionError, LLMSchedEnv, check_discrete
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.policies.vllm_v1 import vllm_victim
 
@@ -203,6 +203,28 @@ class SelectEnv(LLMSchedEnv):
             self.engine.step()
         else:
             self.builder.pick(a)
+
+    def policy_action(self, policy: Any) -> int:
+        """vLLM's own packing: the first candidate (queue order) until a pick preempts the
+        picked request or is blocked, then close."""
+        b, k = self.builder, self.top_k
+        if b is None or b.last_result in (PREEMPTED_SELF, BLOCKED) or not b.valid[0]:
+            return k
+        return 0
+
+    def drive_agent(self, inner: Any, ctx: StepContext, decide: Any) -> None:
+        """The agent picks candidates (masked) until it closes the batch or none is valid."""
+        k = self.top_k
+        builder = BatchBuilder(ctx, k)
+        self.builder = builder
+        while builder.valid[:k].any():
+            a = check_discrete(decide(builder.valid.copy()), k + 1, "Select")
+            if not builder.valid[a]:
+                raise InvalidActionError(f"Select: the agent chose masked action {a}")
+            if a == k:
+                break
+            builder.pick(a)
+        self.builder = None
 
     def action_masks(self) -> np.ndarray:
         """Valid actions: candidates that can be picked, and close (index ``top_k``)."""

@@ -17,13 +17,13 @@ environment's, so that the plan is made for the run being scored. A submission's
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from llmsched_gym.errors import ConfigError, PolicyError
+from llmsched_gym.tasks import task_spec
 
 __all__ = ["Lockstep", "lookahead"]
 
@@ -94,20 +94,19 @@ def lookahead(
     policy's ``oracle = True`` declares; the agent's forks know the future arrivals too.
     """
     from llmsched_gym.envs.adapters import AgentPolicy, AgentRouter
-    from llmsched_gym.leaderboard.suite import TASK_ENVS
     from llmsched_gym.lookahead import LookaheadAgent
 
     agent = LookaheadAgent(task, base=base, horizon_s=horizon_s, candidates=candidates)
     if workload.task != task:
         raise ConfigError(f"lookahead for {task}: the workload {workload.id} is of {workload.task}")
-    module, _, cls = TASK_ENVS[task].partition(":")
-    env_class = getattr(importlib.import_module(module), cls)
+    spec = task_spec(task)
+    env_class = spec.env_class()
     # The harness builds the workload with the workload's seed as is; the environment adds its
     # scenario's seed to the reset seed, so it gets a scenario whose seed is 0.
     scenario = dataclasses.replace(workload.scenario(), seed=0)
     planner = Lockstep(env_class(scenario=scenario, oracle=True), agent, workload.seed)
     horizon = "end" if horizon_s is None else f"{horizon_s:g}s"
     name = f"lookahead:{agent.base}:{horizon}"
-    if task == "Route":
+    if spec.cluster:
         return AgentRouter(planner, oracle=True, name=name)
     return AgentPolicy(env_class, planner, oracle=True, name=name)

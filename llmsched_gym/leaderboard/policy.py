@@ -42,6 +42,7 @@ import numpy as np
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.leaderboard.sandbox import SandboxedAgent, SandboxLimits
 from llmsched_gym.leaderboard.weights import MODEL_POLICY
+from llmsched_gym.tasks import task_spec
 
 __all__ = ["PolicyRef", "RandomAgent", "Submission", "load_submission", "resolve_policy"]
 
@@ -60,23 +61,14 @@ class RandomAgent:
         self.task = task
         self.top_k = top_k
         self.rng = np.random.default_rng(seed)
+        self._env_class = task_spec(task).env_class()
 
     def predict(
         self, obs: Any, deterministic: bool = True, action_masks: Any = None
     ) -> tuple[Any, None]:
-        """One random action (``deterministic`` is ignored: the draw is the point)."""
-        rng, k = self.rng, self.top_k
-        if self.task == "Priority":
-            return rng.uniform(-1.0, 1.0, k).astype(np.float32), None
-        if self.task == "Knob":
-            return rng.uniform(0.0, 1.0, 2).astype(np.float32), None
-        if action_masks is not None:
-            valid = np.flatnonzero(np.asarray(action_masks, dtype=bool))
-        else:
-            valid = np.flatnonzero(np.asarray(obs["mask"], dtype=bool))
-        if valid.size == 0:
-            return 0, None
-        return int(valid[rng.integers(valid.size)]), None
+        """One random action (``deterministic`` is ignored: the draw is the point); the task's
+        ``random_action``."""
+        return self._env_class.random_action(self.rng, self.top_k, obs, action_masks), None
 
 
 @dataclass(frozen=True)
@@ -173,10 +165,8 @@ def wrap_agent(task: Any, agent: Any, name: str) -> Any:
 
         return AgentRouter(agent, name=name)
     from llmsched_gym.envs.adapters import AgentPolicy
-    from llmsched_gym.leaderboard.suite import TASK_ENVS
 
-    module, _, cls = TASK_ENVS[task.name].partition(":")
-    env_class = getattr(importlib.import_module(module), cls)
+    env_class = task_spec(task.name).env_class()
     return AgentPolicy(env_class, agent, top_k=getattr(agent, "top_k", _TOP_K), name=name)
 
 

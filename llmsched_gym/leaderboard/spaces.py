@@ -6,22 +6,20 @@ submission's network for these spaces, and ``leaderboard.training`` trains for t
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.leaderboard.suite import TASK_ENVS
+from llmsched_gym.tasks import task_spec
 
 __all__ = ["SCORE_BOUND", "env_class", "task_spaces", "unbounded_scores_space"]
 
 
 def env_class(task: str) -> type:
-    """The environment class of a suite task (``TASK_ENVS``)."""
-    module, _, name = TASK_ENVS[task].partition(":")
-    return getattr(importlib.import_module(module), name)
+    """The environment class of a suite task (its ``llmsched_gym.tasks`` descriptor's)."""
+    return task_spec(task).env_class()
 
 
 SCORE_BOUND = 1e6
@@ -30,8 +28,9 @@ row-scoring network produces, so nothing is clipped in practice."""
 
 
 def unbounded_scores_space(task: str, space: Any) -> gym.spaces.Box:
-    """Priority's scores declared as ``Box(-SCORE_BOUND, SCORE_BOUND)`` (``unbounded_scores``)."""
-    if task != "Priority":
+    """A scores task's scores (Priority's) declared as ``Box(-SCORE_BOUND, SCORE_BOUND)``
+    (``unbounded_scores``)."""
+    if task_spec(task).action != "scores":
         raise ConfigError(f"unbounded_scores is for Priority's scores, not task {task}")
     return gym.spaces.Box(-SCORE_BOUND, SCORE_BOUND, space.shape, np.float32)
 

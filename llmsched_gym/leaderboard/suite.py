@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_gym.tasks import TASKS
 from llmsched_gym.errors import ConfigError
 
 __all__ = [
@@ -44,15 +45,9 @@ SUITE_VERSION = "llmsched-v2"
 SHIPPED_SUITES = ("llmsched-v1", "llmsched-v2")
 """Every suite version this package ships (older ones frozen, loadable, marked superseded)."""
 
-TASK_ENVS = {
-    "Priority": "llmsched_gym.envs.priority_v0:PriorityEnv",
-    "BatchType": "llmsched_gym.envs.batch_type_v0:BatchTypeEnv",
-    "Select": "llmsched_gym.envs.select_v0:SelectEnv",
-    "Preempt": "llmsched_gym.envs.preempt_v0:PreemptEnv",
-    "Knob": "llmsched_gym.envs.knob_v0:KnobEnv",
-    "Route": "llmsched_gym.envs.route_v0:RouteEnv",
-}
-"""Tasks and the environment class whose action space a learned agent of the task acts in."""
+TASK_ENVS = {name: t.entry_point for name, t in TASKS.items()}
+"""Tasks and the environment class whose action space a learned agent of the task acts in
+(``llmsched_gym.tasks``, the tasks' descriptors)."""
 
 LOWER_IS_BETTER = {
     "e2e_s_mean": True,
@@ -435,7 +430,7 @@ def _parse_task(
             raise ConfigError(
                 f"{where}.{key}: unknown metric {value!r}; known: {list(LOWER_IS_BETTER)}"
             )
-    interface = data.get("interface", "router" if name == "Route" else "scheduler")
+    interface = data.get("interface", TASKS[name].interface)
     if interface not in ("scheduler", "router"):
         raise ConfigError(f"{where}.interface must be scheduler or router, got {interface!r}")
     baselines = [str(b) for b in _req(data, "baselines", where, (list,))]

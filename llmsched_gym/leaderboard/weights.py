@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.tasks import task_spec
 
 __all__ = [
     "ACTIVATIONS",
@@ -235,11 +236,7 @@ def check_model_spec(
     if task is None:
         need, ok = "exactly one of top_k (engine tasks) or instances (Route)", len(given) == 1
     else:
-        from llmsched_gym.leaderboard.suite import TASK_ENVS
-
-        if task not in TASK_ENVS:
-            raise ConfigError(f"{where}: unknown task {task!r}; tasks: {list(TASK_ENVS)}")
-        key = "instances" if task == "Route" else "top_k"
+        key = task_spec(task, where).size_key
         need, ok = f"{key} (not {'top_k' if key == 'instances' else 'instances'})", given == [key]
     if not ok:
         raise ConfigError(
@@ -249,7 +246,7 @@ def check_model_spec(
     unbounded = spec.get("unbounded_scores", False)
     if not isinstance(unbounded, bool):
         raise _fail(where, "unbounded_scores", f"must be true or false, got {unbounded!r}")
-    if unbounded and task not in (None, "Priority"):
+    if unbounded and task is not None and task_spec(task, where).action != "scores":
         raise _fail(where, "unbounded_scores", f"is for Priority's scores, not task {task}")
     out["unbounded_scores"] = unbounded
     wrapper = spec.get("wrapper")
@@ -451,10 +448,7 @@ def model_spec(
         "policy_kwargs": kwargs,
         "weights": weights,
     }
-    if task == "Route":
-        spec["instances"] = int(obs["mask"].n)
-    else:
-        spec["top_k"] = int(obs["mask"].n)
+    spec[task_spec(task).size_key] = int(obs["mask"].n)
     high = getattr(act, "high", None)
     spec["unbounded_scores"] = bool(high is not None and float(high.max()) == SCORE_BOUND)
     spec["wrapper"] = wrapper
