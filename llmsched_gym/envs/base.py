@@ -389,12 +389,11 @@ class LLMSchedEnv(gym.Env):
         offset = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
         self.workload_seed = self.scenario.seed + offset
         items = _workload(self.scenario, self.workload_seed, self.cost_model, self.max_requests)
-        engine = self._start_engine(items)
         self.items = items
-        self._bind(engine)
-        self.ledger = RewardLedger(items, engine)
+        self._start(items)
         self._num_env_steps = 0
         self._episode_return = 0.0
+        self._chosen = None
         self._reset_task()
         # Reward accrues from t = 0: the first step's reward covers everything before the first
         # decision too. An episode without any decision (e.g. Preempt when KV never runs out)
@@ -405,6 +404,16 @@ class LLMSchedEnv(gym.Env):
         if self.render_mode == "human":
             self.render()
         return obs, self._info({})
+
+    def _start(self, items: list) -> None:
+        """Build the episode's simulator over ``items`` and its reward ledger (one engine)."""
+        engine = self._start_engine(items)
+        self._bind(engine)
+        self.ledger = RewardLedger(items, engine)
+
+    def _drained(self) -> bool:
+        """Whether nothing is left to simulate (the episode terminates, not truncates)."""
+        return self.engine.next_event_time() == math.inf
 
     def _start_engine(self, items: list) -> Any:
         """A fresh engine holding the episode's workload (the simulator's by default)."""
@@ -421,11 +430,12 @@ class LLMSchedEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply the action, run the engine to the next decision, return the reward since."""
-        if self._ended or self.engine is None:
+        if self._ended or self.ledger is None:
             raise gym.error.ResetNeeded(
                 "the episode has ended (or never started): call reset() before step()"
             )
         self._action_replaced = False
+        self._chosen = None
         if self._final_pending:
             self._check_action(action)  # ignored, but still validated
             more = False
@@ -436,7 +446,7 @@ class LLMSchedEnv(gym.Env):
         terms = self.ledger.collect(self._clock(), self.reward_scale)
         reward = terms[f"reward_{self.reward_kind}"]
         self._episode_return += reward
-        drained = self.engine.next_event_time() == math.inf
+        drained = self._drained()
         terminated = not more and drained
         truncated = not more and not drained
         if self.max_episode_steps is not None and self._num_env_steps >= self.max_episode_steps:

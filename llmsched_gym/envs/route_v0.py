@@ -81,10 +81,9 @@ from llmsched_gym.cluster.cluster import Cluster, RoutingDecision
 from llmsched_gym.cluster.routers import InstanceView
 from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.job import Job
-from llmsched_gym.envs.base import InvalidActionError, LLMSchedEnv, _workload, check_discrete
+from llmsched_gym.envs.base import InvalidActionError, LLMSchedEnv, check_discrete
 from llmsched_gym.envs.observation import _clip
 from llmsched_gym.envs.reward import ClusterLedger
-from llmsched_gym.errors import ConfigError
 
 GLOBAL_FEATURES = (
     "clock",
@@ -447,6 +446,7 @@ class RouteEnv(LLMSchedEnv):
         self.views: list[InstanceView] = []
         self._candidates: list[int] = []
         self._end_time = 0.0
+        self._chosen: int | None = None
 
     # -- spaces --------------------------------------------------------------------------------
     def _instance_specs(self) -> list[Any]:
@@ -468,17 +468,9 @@ class RouteEnv(LLMSchedEnv):
     def _make_action_space(self) -> spaces.Discrete:
         return spaces.Discrete(self.num_instances)
 
-    # -- Gymnasium API ---------------------------------------------------------------------------
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Start an episode on a fresh cluster (workload seed ``scenario.seed + seed``)."""
-        gym.Env.reset(self, seed=seed)
-        if options:
-            raise ConfigError(f"reset options are not supported, got {sorted(options)}")
-        offset = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        self.workload_seed = self.scenario.seed + offset
-        items = _workload(self.scenario, self.workload_seed, self.cost_model, self.max_requests)
+    # -- the episode template's hooks (``LLMSchedEnv.reset`` / ``step``) --------------------
+    def _start(self, items: list) -> None:
+        """A fresh cluster holding the workload (seeded routers use the workload's seed)."""
         sc = self.scenario
         cluster = Cluster(
             self._instance_specs(),
@@ -488,7 +480,6 @@ class RouteEnv(LLMSchedEnv):
             fast_forward=True,
         )
         cluster.add(items)
-        self.items = items
         self.cluster = cluster
         self.ledger = ClusterLedger(items, cluster)
         self.observer = RouteObserver(
@@ -496,15 +487,27 @@ class RouteEnv(LLMSchedEnv):
             [x.role for x in cluster.instances],
             oracle=self.oracle,
         )
-        self._num_env_steps = 0
-        self._episode_return = 0.0
         self._end_time = 0.0
-        self._ended = False
-        self._final_pending = not self._next()
-        obs = self._observe()
-        if self.render_mode == "human":
-            self.render()
-        return obs, self._info({}, None)
+
+    def _advance(self) -> bool:
+        return self._next()
+
+    def _drained(self) -> bool:
+        return self.decision is None
+
+    def _apply(self, action: Any) -> None:
+        """Dispatch the pending request to instance ``action`` (a masked one: the first
+        candidate, or ``InvalidActionError`` with ``strict_masks``)."""
+        a = check_discrete(action, len(self.cluster.instances), "Route")
+        if a not in self._candidates:
+            self._masked(
+                f"Route: instance {a} is masked for request "
+                f"{self.decision.request.request_id!r}; candidates: {self._candidates} "
+                "(see action_masks())"
+            )
+            a = self._candidates[0]
+        self._chosen = a
+        self.cluster.dispatch(a)
 
     def _next(self) -> bool:
         """Run the cluster to the next routing decision; False when the episode ends there."""
@@ -529,48 +532,6 @@ class RouteEnv(LLMSchedEnv):
         d = self.decision
         return d.now if d is not None else self._end_time
 
-    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        """Dispatch the pending request to instance ``action``; run to the next decision."""
-        if self._ended or self.cluster is None:
-            raise gym.error.ResetNeeded(
-                "the episode has ended (or never started): call reset() before step()"
-            )
-        self._action_replaced = False
-        n = len(self.cluster.instances)
-        a = check_discrete(action, n, "Route")
-        chosen = None
-        if self._final_pending:
-            more = False
-        else:
-            if a not in self._candidates:
-                self._masked(
-                    f"Route: instance {a} is masked for request "
-                    f"{self.decision.request.request_id!r}; candidates: {self._candidates} "
-                    "(see action_masks())"
-                )
-                a = self._candidates[0]
-            chosen = a
-            self.cluster.dispatch(a)
-            more = self._next()
-        obs, reward, terminated, truncated, terms = self._end_step(more)
-        return obs, reward, terminated, truncated, self._info(terms, chosen)
-
-    def _end_step(self, more: bool) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
-        """Collect the step's reward terms up to the clock; episode-end flags; observation."""
-        self._num_env_steps += 1
-        terms = self.ledger.collect(self._clock(), self.reward_scale)
-        reward = terms[f"reward_{self.reward_kind}"]
-        self._episode_return += reward
-        terminated = self.decision is None
-        truncated = not more and not terminated
-        if self.max_episode_steps is not None and self._num_env_steps >= self.max_episode_steps:
-            truncated = not terminated
-        self._ended = terminated or truncated
-        obs = self._observe()
-        if self.render_mode == "human":
-            self.render()
-        return obs, float(reward), terminated, truncated, terms
-
     def _observe(self) -> dict[str, np.ndarray]:
         d = self.decision
         if d is None:
@@ -591,7 +552,7 @@ class RouteEnv(LLMSchedEnv):
             mask[self._candidates] = True
         return mask
 
-    def _info(self, terms: dict[str, float], chosen: int | None) -> dict[str, Any]:
+    def _info(self, terms: dict[str, float]) -> dict[str, Any]:
         c = self.cluster
         led = self.ledger
         info: dict[str, Any] = {
@@ -601,7 +562,7 @@ class RouteEnv(LLMSchedEnv):
             "num_finished_units": led.num_closed,
             "num_slo_met": led.num_slo_met,
             "num_good": led.num_good,
-            "instance": -1 if chosen is None else chosen,
+            "instance": -1 if self._chosen is None else self._chosen,
             "action_replaced": self._action_replaced,
         }
         info.update(terms)
@@ -632,10 +593,9 @@ class RouteEnv(LLMSchedEnv):
 
     def close(self) -> None:
         """Drop the cluster."""
+        super().close()
         self.cluster = None
         self.decision = None
-        self.ledger = None
-        self._ended = True
 
     def records(self) -> Any:
         """The episode's ``ClusterResult`` (requests finished so far; all once it drained)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -102,29 +101,37 @@ class RouterKnobEnv(RouteEnv):
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Route every decision of the next ``window_s`` seconds with alpha = ``action``."""
-        if self._ended or self.cluster is None:
-            raise gym.error.ResetNeeded(
-                "the episode has ended (or never started): call reset() before step()"
-            )
-        self._action_replaced = False
+        self._routed = 0
+        obs, reward, terminated, truncated, info = super().step(action)
+        info.update(alpha=self.alpha, num_routed_in_window=self._routed)
+        return obs, reward, terminated, truncated, info
+
+    def _reset_task(self) -> None:
+        self._routing = False
+        self._routed = 0
+
+    def _apply(self, action: Any) -> None:
+        """Set the router's alpha; ``_advance`` then routes the window's requests with it."""
         alpha = float(np.clip(check_box(action, (1,), "Knob"), 0.0, 1.0)[0])
-        router = self.cluster.router
-        router.set_alpha(alpha)
+        self.cluster.router.set_alpha(alpha)
         self.alpha = alpha
-        end = self._clock() + self.window_s
-        more = not self._final_pending
-        routed = 0
-        while more and self.decision is not None and self.decision.now < end:
+        self._window_end = self._clock() + self.window_s
+        self._routing = True
+
+    def _advance(self) -> bool:
+        """At reset: to the first decision. After an action: the router routes every decision
+        before the window's end; False when the episode ends within it."""
+        if not self._routing:
+            return self._next()
+        self._routing = False
+        router = self.cluster.router
+        more = True
+        while more and self.decision is not None and self.decision.now < self._window_end:
             d = self.decision
             self.cluster.dispatch(router.route(d.request, d.job, d.instances, d.now))
-            routed += 1
+            self._routed += 1
             more = self._next()
-        if self.decision is None:
-            more = False
-        obs, reward, terminated, truncated, terms = self._end_step(more)
-        info = self._info(terms, None)
-        info.update(alpha=alpha, num_routed_in_window=routed)
-        return obs, reward, terminated, truncated, info
+        return more and self.decision is not None
 
     action_masks = None  # a continuous action: no masks (RouteEnv's are per-request choices)
 
