@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -167,6 +167,9 @@ class LLMSchedEnv(gym.Env):
         self.observation_space = self._make_observation_space()
         self.action_space = self._make_action_space()
         self.engine: Engine | None = None
+        self.engine_hooks: list[Callable[[list[tuple[str, Any]]], None]] = []
+        """Called at every reset with the episode's fresh engines as (name, engine) pairs (one;
+        a cluster task's: one per instance), before their first step (``RecordTimeline``)."""
         self.ledger: RewardLedger | None = None
         self.observer: Observer | None = None
         self.workload_seed: int | None = None
@@ -332,6 +335,8 @@ class LLMSchedEnv(gym.Env):
         self.workload_seed = self.scenario.seed + offset
         items = _workload(self.scenario, self.workload_seed, self.cost_model, self.max_requests)
         engine = self._start_engine(items)
+        for hook in self.engine_hooks:
+            hook([(f"{self.task} ({self.scenario.name})", engine)])
         self.items = items
         self._bind(engine)
         self.ledger = RewardLedger(items, engine)
