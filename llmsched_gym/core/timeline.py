@@ -5,9 +5,11 @@ listener (``Engine.batch_listeners``, policy-built steps only) sees admissions, 
 preemptions and the prefill chunks of the requests still computing their prompt; its finish
 listener sees every finish, fast-forwarded ones included; aborts are read from
 ``Engine.aborted``; the per-step slices and counters come from the engine's step records,
-which attaching turns on. A fast-forwarded stretch only decodes, so it changes no request's
-phase until a finish: the recorder does nothing per step of it, and a stepped and a
-fast-forwarded run give the same timeline.
+which attaching turns on. A fast-forwarded stretch runs only while every running request has one
+token left to compute: it admits and preempts nobody, and the only phase change in it (a prompt
+left with one token ends its prefill in the stretch's first step) is read back from the step
+records (``resolve_stretch``). The recorder does nothing per step of a stretch, and a stepped
+and a fast-forwarded run give the same timeline.
 
 Cost: nothing when no recorder is attached (the engine tests one empty list per policy step).
 Attached, a stepped step costs a look at each request it admitted, resumed, preempted or is
@@ -31,7 +33,7 @@ from llmsched_gym.core.engine import Engine
 from llmsched_gym.core.request import Request
 from llmsched_gym.core.steplog import new_step_records
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.metrics.timeline import InstanceTimeline, RequestPhases, trace_events
+from llmsched_gym.metrics.timeline import InstanceTimeline, RequestPhases, ms, trace_events
 
 __all__ = ["TimelineRecorder"]
 
@@ -40,7 +42,7 @@ class _Life:
     """One request's phases so far; ``kind`` is the open one, begun at ``since``."""
 
     __slots__ = ("request_id", "arrival", "phases", "chunks", "kind", "since", "out", "tokens",
-                 "recompute")  # fmt: skip
+                 "num_chunks", "recompute")  # fmt: skip
 
     def __init__(self, req: Request) -> None:
         self.request_id = req.request_id
@@ -53,12 +55,13 @@ class _Life:
         """Output tokens when the open phase began (a decode phase's count)."""
         self.tokens = 0
         """Prompt tokens scheduled in the open prefill phase."""
+        self.num_chunks = 0
+        """Its chunks."""
         self.recompute = False
 
     def _args(self, out: int) -> dict[str, Any]:
         if self.kind == "prefill":
-            n = sum(1 for c in self.chunks if c[0] >= self.since)
-            return {"tokens": self.tokens, "chunks": n, "recompute": self.recompute}
+            return {"tokens": self.tokens, "chunks": self.num_chunks, "recompute": self.recompute}
         if self.kind == "decode":
             return {"tokens": out - self.out}
         return {}
@@ -69,7 +72,7 @@ class _Life:
             self.phases.append((self.kind, self.since, at, self._args(out)))
         if kind == "prefill":
             self.recompute = self.kind == "preempted"
-            self.tokens = 0
+            self.tokens = self.num_chunks = 0
         self.kind = kind
         self.since = at
         self.out = out
@@ -97,7 +100,7 @@ def _request_args(req: Request | None) -> dict[str, Any]:
         "preemptions": req.num_preemptions,
     }
     if req.first_token_time is not None:
-        args["ttft_ms"] = round((req.first_token_time - req.arrival_time) * 1e3, 6)
+        args["ttft_ms"] = ms(req.first_token_time - req.arrival_time)
     return args
 
 
@@ -152,6 +155,7 @@ class _Track:
             life = self.prefilling.pop(req)
             life.chunks.append((start, end, 1))
             life.tokens += 1
+            life.num_chunks += 1
             life.switch("decode", end, life.out + 1)
 
     def on_batch(self, ctx: Any, end: float, finished: list[Request]) -> None:
@@ -180,6 +184,7 @@ class _Track:
                 if n:
                     life.chunks.append((start, end, n))
                     life.tokens += n
+                    life.num_chunks += 1
                 if req.num_output_tokens > life.out:  # it sampled at the end of this step
                     life.switch("decode", end, req.num_output_tokens)
                     done.append(req)

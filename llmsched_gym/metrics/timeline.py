@@ -68,9 +68,6 @@ STEP_ARGS = (
 STATUSES = ("finished", "aborted", "unfinished")
 """A request's ``args.status``: unfinished when the timeline was taken before it ended."""
 
-_US = 1e6
-
-
 @dataclass
 class RequestPhases:
     """One request's life on one instance: its phases and prefill chunks (seconds)."""
@@ -102,14 +99,20 @@ class InstanceTimeline:
 
 
 def _us(t: float) -> float:
-    return round(t * _US, 3)
+    """Seconds as microseconds, rounded to the nanosecond (``round`` to an int: fast)."""
+    return round(t * 1e9) / 1e3
+
+
+def ms(seconds: float) -> float:
+    """Seconds as milliseconds, rounded to the nanosecond (the ``*_ms`` args)."""
+    return round(seconds * 1e9) / 1e6
 
 
 def _slice(name: str, cat: str, pid: int, tid: int, start: float, end: float, args: dict) -> dict:
-    ts = _us(start)
+    a = round(start * 1e9)
     return {
-        "name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts,
-        "dur": round(max(_us(end) - ts, 0.0), 3), "args": args,
+        "name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": a / 1e3,
+        "dur": max(round(end * 1e9) - a, 0) / 1e3, "args": args,
     }  # fmt: skip
 
 
@@ -147,7 +150,7 @@ def _step_events(pid: int, inst: InstanceTimeline) -> list[dict]:
         args = {
             "step": cols["step"][i], "batch_size": num_prefill + num_decode, "tokens": tokens,
             "prefill_tokens": tokens - num_decode, "decode_tokens": num_decode,
-            "step_time_ms": round(duration * 1e3, 6), "num_new": cols["num_new"][i],
+            "step_time_ms": ms(duration), "num_new": cols["num_new"][i],
             "num_resumed": cols["num_resumed"][i], "num_preempted": cols["num_preempted"][i],
             "num_finished": cols["num_finished"][i],
         }  # fmt: skip
@@ -196,7 +199,7 @@ def _lanes(requests: Sequence[RequestPhases]) -> list[int]:
 
 def _request_events(pid: int, tid: int, r: RequestPhases) -> list[dict]:
     """A request's slice, its phases and chunks (parents first), and its abort marker."""
-    e2e_ms = round((r.end - r.arrival) * 1e3, 6)
+    e2e_ms = ms(r.end - r.arrival)
     args = {"request_id": r.request_id, "status": r.status, "e2e_ms": e2e_ms, **r.args}
     events = [_slice(r.request_id, "request", pid, tid, r.arrival, r.end, args)]
     chunks = r.chunks
