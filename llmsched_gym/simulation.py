@@ -49,6 +49,8 @@ class SimulationResult(RequestsFrameMixin):
     num_steps: int = 0
     num_fast_forward_steps: int = 0
     wall_s: float = 0.0
+    timeline: dict[str, Any] | None = None
+    """The schedule timeline (Chrome trace-event JSON) of ``simulate(timeline=True)``."""
     _frame: Any = field(default=None, repr=False, compare=False)
     _steps: Any = field(default=None, repr=False, compare=False)
 
@@ -120,6 +122,7 @@ def simulate(
     record_steps: bool = False,
     limit: int | None = None,
     progress: bool = False,
+    timeline: bool = False,
 ) -> SimulationResult:
     """Simulate ``trace`` (specs and jobs, a trace file, or a shipped trace name) on one engine.
 
@@ -134,6 +137,10 @@ def simulate(
 
     The schedule log (JSONL, one line per engine step, DESIGN.md contract) is written atomically:
     on any error no partial file is left behind.
+
+    ``timeline=True`` records the schedule timeline into ``result.timeline``: Chrome
+    trace-event JSON (``llmsched_gym/metrics/timeline.py``; write it with ``write_trace``).
+    Not with ``async_scheduling`` (a ``ConfigError``).
     """
     from llmsched_gym.cost.registry import load_cost_model
     from llmsched_gym.metrics.summary import summary_values
@@ -191,6 +198,12 @@ def simulate(
                 schedule_log=log_file,
                 record_steps=record_steps,
             )
+            recorder = None
+            if timeline:
+                from llmsched_gym.core.timeline import TimelineRecorder
+
+                recorder = TimelineRecorder()
+                recorder.attach(engine, f"{policy.name} ({getattr(model, 'name', cost_model)})")
             engine.add_requests(specs)
             if jobs:
                 engine.add_jobs(jobs)
@@ -237,4 +250,8 @@ def simulate(
             from llmsched_gym.metrics.records import jobs_frame
 
             result.jobs = jobs_frame(result.requests, jobs)
+        if recorder is not None:
+            result.timeline = recorder.trace(
+                {"scheduler": result.scheduler, "cost_model": result.cost_model}
+            )
     return result

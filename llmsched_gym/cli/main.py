@@ -37,11 +37,12 @@ def _simulate_and_write(args: argparse.Namespace) -> int:
     from llmsched_gym.simulation import simulate
 
     schedule_log = common.check_output_file(args.schedule_log, "--schedule-log")
+    timeline = common.check_output_file(args.timeline, "--timeline")
     output = common.OutputSet(args.out) if args.out else None
     if args.scenario is not None:
         scenario = run_options.load_scenario(args)
         if scenario.cluster is not None:  # many instances: llmsched_gym.cluster
-            return _simulate_cluster_and_write(args, scenario, output)
+            return _simulate_cluster_and_write(args, scenario, output, timeline)
     workload, settings, model, scheduler, _ = run_options.workload(args)
 
     def run() -> Any:
@@ -55,6 +56,7 @@ def _simulate_and_write(args: argparse.Namespace) -> int:
             record_steps=args.record_steps,
             limit=args.num_requests,
             progress=args.progress and sys.stderr.isatty(),
+            timeline=timeline is not None,
         )
 
     def summary(result: Any) -> dict:
@@ -66,15 +68,26 @@ def _simulate_and_write(args: argparse.Namespace) -> int:
         }
 
     result, payload, written = _run_and_write(output, run, summary, args.format)
+    _write_timeline(result, timeline)
     if args.json:
         common.print_json({**payload, "out": str(written) if written else None})
         return 0
     _print_summary(result)
     if schedule_log is not None:
         print(f"wrote the schedule log {schedule_log}")
+    if timeline is not None:
+        print(f"wrote the timeline {timeline} (open it in https://ui.perfetto.dev)")
     if written is not None:
         print(f"wrote {', '.join(_manifest_files(written))} to {written}/")
     return 0
+
+
+def _write_timeline(result: Any, path: Path | None) -> None:
+    """Writes the run's schedule timeline (``--timeline``), atomically."""
+    if path is not None:
+        from llmsched_gym.metrics.timeline import write_trace
+
+        write_trace(result.timeline, path)
 
 
 def _write_records(output: common.OutputSet, result: Any, fmt: str) -> None:
@@ -142,7 +155,10 @@ def _manifest_files(folder: Path) -> list[str]:
 
 
 def _simulate_cluster_and_write(
-    args: argparse.Namespace, scenario: Any, output: common.OutputSet | None
+    args: argparse.Namespace,
+    scenario: Any,
+    output: common.OutputSet | None,
+    timeline: Path | None = None,
 ) -> int:
     """``simulate --scenario`` for a scenario with a ``cluster`` section (issue 5).
 
@@ -175,6 +191,7 @@ def _simulate_cluster_and_write(
             record_steps=args.record_steps,
             router=args.router,
             engine=engine,
+            timeline=timeline is not None,
         )
 
     def summary(result: Any) -> dict:
@@ -195,6 +212,7 @@ def _simulate_cluster_and_write(
         }
 
     result, payload, written = _run_and_write(output, run, summary, args.format)
+    _write_timeline(result, timeline)
     if args.json:
         common.print_json({**payload, "out": str(written) if written else None})
         return 0
@@ -208,6 +226,8 @@ def _simulate_cluster_and_write(
     columns = ["name", "role", "gpu", "num_requests", "num_output_tokens", "busy_s",
                "utilization", "output_token_throughput"]  # fmt: skip
     print(common.format_frame(result.instances[columns].set_index("name")))
+    if timeline is not None:
+        print(f"wrote the timeline {timeline} (open it in https://ui.perfetto.dev)")
     if written is not None:
         print(f"wrote {', '.join(_manifest_files(written))} to {written}/")
     return 0
@@ -332,6 +352,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--schedule-log", metavar="FILE", help="write the per-step schedule log (JSONL) here"
+    )
+    p.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="write the schedule timeline here: Chrome trace-event JSON (gzip if FILE ends in "
+        ".gz) for https://ui.perfetto.dev or chrome://tracing, with a slice per engine step, "
+        "each request's waiting, prefill chunks, decode and preempted spans, and KV-block and "
+        "queue counters; one process per instance (docs/timeline.md); replaces FILE; not with "
+        "--async-scheduling",
     )
     p.add_argument(
         "--out", metavar="DIR", help="write requests.csv, summary.json (and steps.csv) here"

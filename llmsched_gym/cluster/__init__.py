@@ -67,6 +67,7 @@ def simulate_cluster(
     engine: Mapping[str, Any] | None = None,
     schedule_log: Any = None,
     items: list[Any] | None = None,
+    timeline: bool = False,
     **_: Any,
 ) -> ClusterResult:
     """Run a scenario with a ``cluster`` section (what ``Scenario.simulate`` calls).
@@ -83,6 +84,8 @@ def simulate_cluster(
         schedule_log: Not supported on clusters (must be None).
         items: The workload as ``scenario.build_workload(seed)`` builds it, when the caller has
             it already (``Scenario.simulate`` passes its cached build).
+        timeline: Record the schedule timeline (``result.timeline``, one trace process per
+            instance).
 
     Returns:
         The run's :class:`ClusterResult`.
@@ -117,4 +120,5 @@ def simulate_cluster(
         fast_forward=fast_forward,
         record_steps=record_steps,
         progress=progress,
+        timeline=timeline,
     )

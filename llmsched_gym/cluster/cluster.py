@@ -902,6 +902,7 @@ def run_cluster(
     record_steps: bool = False,
     progress: bool = False,
     records: str = "full",
+    timeline: bool = False,
 ) -> Any:
     """Simulate a workload on a cluster without a scenario; returns a ``ClusterResult``.
 
@@ -926,6 +927,8 @@ def run_cluster(
             samples (``result.itl``) and job records. ``"summary"``: only what
             ``result.summary`` and the per-instance tables need (the same values, bit for bit);
             no per-request records, no ``itl``, no ``stage_shares``; refuses jobs and PD.
+        timeline: Record the schedule timeline (``result.timeline``: Chrome trace-event JSON,
+            one process per instance; ``llmsched_gym/core/timeline.py``).
 
     Raises:
         ConfigError: For an empty workload, a bad ``records``, or jobs or PD with
@@ -955,6 +958,13 @@ def run_cluster(
             instances, router, pd=pd, seed=seed, fast_forward=fast_forward,
             record_steps=record_steps, keep_finished=False, records=records,
         )  # fmt: skip
+        recorder = None
+        if timeline:
+            from llmsched_gym.core.timeline import TimelineRecorder
+
+            recorder = TimelineRecorder()
+            for x in cluster.instances:
+                recorder.attach(x.engine, f"{x.name} ({x.role}, {x.policy.name})")
         if streamed:
             cluster.stream(itertools.chain((first,), stream))
         else:
@@ -972,6 +982,9 @@ def run_cluster(
         else:
             cluster.run()
         wall = time.perf_counter() - t0
-        return cluster_result(
+        result = cluster_result(
             cluster, jobs, wall_s=wall, record_steps=record_steps, release_itl=True
         )
+        if recorder is not None:
+            result.timeline = recorder.trace({"router": result.router})
+        return result

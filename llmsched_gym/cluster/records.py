@@ -66,6 +66,8 @@ class ClusterResult(RequestsFrameMixin):
     records: str = "full"
     """What the run kept (``run_cluster(records=)``): ``"summary"`` leaves ``request_table``
     empty and ``itl`` None."""
+    timeline: dict[str, Any] | None = None
+    """The schedule timeline (Chrome trace-event JSON) when the run recorded one."""
     _frame: Any = field(default=None, repr=False, compare=False)
 
     @property

@@ -8,7 +8,7 @@ cdef class Engine:
     cdef public object _plan, config, policy, cost_model, schedule_log
     cdef public object waiting, now, _until, jobs, _steps
     cdef object __weakref__
-    cdef public list finished, aborted, unlogged_aborts, _cancels, _pending, finish_listeners, token_listeners, itl_values, itl_weights, _running
+    cdef public list finished, aborted, unlogged_aborts, _cancels, _pending, finish_listeners, token_listeners, batch_listeners, itl_values, itl_weights, _running
     cdef public dict _external
     cdef public _StepContext ctx
     cdef public StepPricer pricer

@@ -146,6 +146,10 @@ class Engine:
         self.token_listeners: list[Callable[[list[Request], float], None]] = []
         """Called with (requests that each delivered one output token, its time) after every
         step that sampled, and per step of a fast-forwarded stretch (``core/steplog.py``)."""
+        self.batch_listeners: list[Callable[[StepContext, float, list[Request]], None]] = []
+        """Called with (the step's context, its end, requests it finishes) after every step
+        whose batch the policy built, before its finishers free their blocks; never for a
+        fast-forwarded stretch, which only decodes (``core/steplog.py``)."""
         self._seq = 0
         self.waiting_tokens = 0
         """Tokens left to compute over the waiting queue (kept incrementally)."""
@@ -520,9 +524,9 @@ class Engine:
 
         The policy builds the batch on ``ctx`` (begun now, or held open by ``hold_step``); the
         pricer prices it; ``_sample`` advances the scheduled requests and samples a token for
-        each that caught up, at the step's end; finishers free their blocks (``_finish``); the
-        step is logged and recorded; the clock moves to the step's end; ``_check_progress``
-        raises on a deadlock or livelock.
+        each that caught up, at the step's end; the batch listeners hear of the batch;
+        finishers free their blocks (``_finish``); the step is logged and recorded; the clock
+        moves to the step's end; ``_check_progress`` raises on a deadlock or livelock.
         """
         ctx = self.ctx
         if ctx._held:
@@ -535,6 +539,9 @@ class Engine:
         end = self.now + duration
         finished: list[Request] = []
         num_partial = self._sample(ctx, end, duration, finished)
+        if self.batch_listeners:
+            for listener in self.batch_listeners:
+                listener(ctx, end, finished)
         if finished:
             self._finish(finished, end)
         self.num_preemptions += len(ctx.preempted)

@@ -13,6 +13,11 @@ or fast-forwarded:
   each delivered one output token, its delivery time) after every step, once per step of a
   fast-forwarded stretch too (then with the engine's running list: read it, do not keep it).
   TDG's exact token timeline (``metrics/tdg.py``) is a token listener.
+  ``Engine.batch_listeners`` get (the step's ``StepContext``, its end, the requests it
+  finishes) after each step the policy built, before those finishers free their blocks: what
+  was admitted, resumed, preempted and scheduled. A fast-forwarded stretch builds no batch
+  and calls none: it only decodes the running requests (its finishes reach the finish
+  listeners, its steps the records). The schedule timeline (``core/timeline.py``) is one.
 """
 
 from __future__ import annotations

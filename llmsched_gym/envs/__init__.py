@@ -29,6 +29,7 @@ _LAZY = {
     "KnobEnv": "knob_v0",
     "PreemptEnv": "preempt_v0",
     "PriorityEnv": "priority_v0",
+    "RecordTimeline": "timeline",
     "RouteEnv": "route_v0",
     "RouterKnobEnv": "router_knob_v0",
     "SelectEnv": "select_v0",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -177,6 +177,9 @@ class LLMSchedEnv(gym.Env):
         self.observation_space = self._make_observation_space()
         self.action_space = self._make_action_space()
         self.engine: Engine | None = None
+        self.engine_hooks: list[Callable[[list[tuple[str, Any]]], None]] = []
+        """Called at every reset with the episode's fresh engines as (name, engine) pairs (one;
+        a cluster task's: one per instance), before their first step (``RecordTimeline``)."""
         self.ledger: RewardLedger | None = None
         self.observer: Observer | None = None
         self.workload_seed: int | None = None
@@ -408,6 +411,8 @@ class LLMSchedEnv(gym.Env):
     def _start(self, items: list) -> None:
         """Build the episode's simulator over ``items`` and its reward ledger (one engine)."""
         engine = self._start_engine(items)
+        for hook in self.engine_hooks:
+            hook([(f"{self.task} ({self.scenario.name})", engine)])
         self._bind(engine)
         self.ledger = RewardLedger(items, engine)
 

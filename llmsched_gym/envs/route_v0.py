@@ -480,6 +480,12 @@ class RouteEnv(LLMSchedEnv):
             fast_forward=True,
         )
         cluster.add(items)
+        if self.engine_hooks:
+            engines = [
+                (f"{x.name} ({x.role}, {x.policy.name})", x.engine) for x in cluster.instances
+            ]
+            for hook in self.engine_hooks:
+                hook(engines)
         self.cluster = cluster
         self.ledger = ClusterLedger(items, cluster)
         self.observer = RouteObserver(

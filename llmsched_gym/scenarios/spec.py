@@ -214,7 +214,8 @@ class Scenario:
         """Run the scenario on one engine (``llmsched_gym.simulation.simulate``), or on its cluster.
 
         ``scheduler`` (a name or policy) replaces the spec's; other keyword arguments go to
-        ``simulate`` (``fast_forward``, ``schedule_log``, ``record_steps``, ``progress``).
+        ``simulate`` (``fast_forward``, ``schedule_log``, ``record_steps``, ``progress``,
+        ``timeline``).
         """
         from llmsched_gym.cost.registry import load_cost_model
 
