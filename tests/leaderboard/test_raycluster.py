@@ -214,7 +214,7 @@ def test_address_joins_a_token_cluster_started_with_ray_start(tmp_path, monkeypa
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(HOME=str(home), PYTHONPATH=os.getcwd())
+    env.update(HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     port = _free_port()
     address = f"127.0.0.1:{port}"
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
