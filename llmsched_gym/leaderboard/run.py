@@ -329,19 +329,17 @@ def startup_note(
     serial = sum(walls)
     if not walls or workers < 2 or serial >= elapsed_s:
         return None
-    # Ray's run takes about overhead + n * per_run / workers, serial n * per_run.
-    saved_per_run = serial / len(walls) * (1 - 1 / workers)
-    pays_off = (
-        f"; {workers} workers pay off from about {math.ceil(overhead / saved_per_run):,} runs "
-        "like these"
-        if saved_per_run > 0
-        else ""
-    )
-    return (
+    line = (
         f"note: Ray took {overhead:.1f} s to start and stop, of this run's {elapsed_s:.1f} s, "
         f"and the {len(walls)} runs themselves {serial:.1f} s in all: serial (--workers 1) "
-        f"would have been faster{pays_off}"
+        "would have been faster"
     )
+    # Ray's run takes about overhead + n * per_run / workers, serial n * per_run.
+    saved_per_run = serial / len(walls) * (1 - 1 / workers)
+    if saved_per_run > 0:
+        runs = math.ceil(overhead / saved_per_run)
+        line += f"; {workers} workers pay off from about {runs:,} runs like these"
+    return line
 
 
 def _start_ray(
