@@ -2,10 +2,11 @@
 
 The command runs every named scheduler on the same workload (by default an overloaded chat
 scenario, where their choices change latency; a cluster scenario runs as a cluster), then
-writes comparison.csv and comparison.png and prints a table with one line on why its rows differ
-(``_comparison_story``) and which rows are the same schedule (``same_as``). It is apart from
-``main`` because it is its own command with its own table and story; the run options it shares
-with ``simulate`` are in ``run_options``.
+writes comparison.csv and comparison.png and prints a table, which rows are the same schedule
+(``same_as``), and one line on which measured part of the latency (waiting, prompt, decoding,
+KV transfer) makes the rows differ, where one part clearly does (``_comparison_story``). It is
+apart from ``main`` because it is its own command with its own table and story; the run options
+it shares with ``simulate`` are in ``run_options``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ def add_parser(sub: Any, sched_help: str) -> None:
         help="run one workload under several schedulers; print a table and write a plot",
         description=f"The main job: run the built-in schedulers on {COMPARE_SCENARIO} (1,000 "
         "ShareGPT conversations at 2.5x the instance's capacity, where the schedulers' choices "
-        "change latency), print a comparison table with one line on why the rows differ, and "
-        "write comparison.csv and comparison.png. --trace splitwise-conv runs the Azure 2023 "
-        "conversation trace instead (below capacity: every scheduler ties). Cluster scenarios "
-        "run as clusters (--router picks the router).",
+        "change latency), print a comparison table with a line on what part of the latency "
+        "makes the rows differ (where one part clearly does), and write comparison.csv and "
+        "comparison.png. --trace splitwise-conv runs the Azure 2023 "
+        "conversation trace instead (below capacity: three schedulers give one schedule, and "
+        "vllm-v0 decodes slower). Cluster scenarios run as clusters (--router picks the router).",
     )
     run_options.add_run_args(
         p,
@@ -137,7 +139,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 print(refused, file=sys.stderr)
         paper = scenario.paper if scenario is not None else None
         table = _comparison_table(results, paper)
-        story = _comparison_story(table, first.summary)
+        story = _comparison_story(table)
         slo_note = _slo_note(table, first)
         title = f"{label} ({num_requests:,} requests) on {setting}"
         table.reset_index().to_csv(output.path("comparison.csv"), index=False)
@@ -149,7 +151,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 for k, r in results.items()
             },
             output.path("comparison.png"),
-            title="\n".join(textwrap.wrap(title, 110) + textwrap.wrap(story, 110)),
+            title="\n".join(textwrap.wrap(title, 110) + textwrap.wrap(story or "", 110)),
         )
         written = output.commit("compare")
     finally:
@@ -175,7 +177,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(common.format_frame(table[shown].rename_axis(None)))
     if slo_note:
         print(slo_note)
-    print(story)
+    if story:
+        print(story)
     print(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
     return 0
 
@@ -195,7 +198,16 @@ _COMPARE_KEYS = (
     "prefix_cache_hit_rate",
 )
 
-_CSV_ONLY = ("output_token_throughput", "ttft_s_p50", "tpot_s_p99", "goodput")
+_CSV_ONLY = (
+    "output_token_throughput",
+    "ttft_s_p50",
+    "tpot_s_p99",
+    "goodput",
+    "queue_s_mean",
+    "prefill_s_mean",
+    "decode_s_mean",
+    "kv_transfer_s_mean",
+)
 """Columns kept in comparison.csv but left out of the console table (to fit 160 columns)."""
 
 _PAPER_METRICS = {
@@ -219,6 +231,7 @@ def _comparison_table(results: dict[str, Any], paper: str | None) -> Any:
     rows = {}
     for name, res in results.items():
         row = {k: res.summary.get(k) for k in _COMPARE_KEYS}
+        row.update(latency_parts(res.request_table))
         for key in _PAPER_METRICS.get(paper, ()):
             if key == "tdg_ratio":
                 gain, ideal = tdg_uniform(res.request_table)
@@ -283,28 +296,103 @@ def _slo_note(table: Any, base: Any) -> str | None:
     return note + "."
 
 
-def _comparison_story(table: Any, base_summary: dict) -> str:
-    """One line on why the rows differ (or why they do not)."""
+_PARTS = (
+    ("queue_s_mean", "waiting for a first step (arrival to first schedule)"),
+    ("prefill_s_mean", "the prompt's steps (first schedule to first token)"),
+    ("decode_s_mean", "decoding (first token to finish)"),
+    ("kv_transfer_s_mean", "moving the KV cache from prefill to decode instance"),
+)
+"""The parts of a request's end-to-end latency, as its records measure them; they sum to it."""
+
+STORY_MAJORITY = 2 / 3
+"""The share of the latency change one part must carry for the story to name it as the cause."""
+
+
+def latency_parts(request_table: Any) -> dict[str, float]:
+    """Mean end-to-end latency of the finished requests, split into the ``_PARTS`` (seconds).
+
+    Queueing is arrival to first schedule, prefill first schedule to first token, decode first
+    token to finish less any KV transfer; time spent preempted lands in the part it interrupts.
+    Empty when the records lack a column (a cluster run that keeps no request records).
+    """
+    import numpy as np
+
+    need = ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s")
+    if not request_table or any(k not in request_table for k in need):
+        return {}
+    arrival, scheduled, first, finish = (np.asarray(request_table[k], dtype=float) for k in need)
+    done = ~np.isnan(finish)
+    if not done.any():
+        return {}
+    kv = np.asarray(request_table.get("kv_transfer_s", np.zeros_like(finish)), dtype=float)
+    kv = np.nan_to_num(kv[done])
+    parts = {
+        "queue_s_mean": float(np.mean(scheduled[done] - arrival[done])),
+        "prefill_s_mean": float(np.mean(first[done] - scheduled[done])),
+        "decode_s_mean": float(np.mean(finish[done] - first[done] - kv)),
+    }
+    if kv.any():
+        parts["kv_transfer_s_mean"] = float(np.mean(kv))
+    return parts
+
+
+def _comparison_story(table: Any) -> str | None:
+    """One line on why the rows differ, from measured latency parts; None where none is clear.
+
+    Identical schedules are said to be so. Otherwise the row whose mean e2e latency differs
+    most from the first row's is split into ``_PARTS`` (columns of ``table``): the line names the
+    part that carries at least ``STORY_MAJORITY`` of the change, in the change's direction, with
+    its figures. No such part, or parts missing or not summing to the mean: no line.
+    """
     import math
 
     names = list(table.index)
     base = names[0]
     distinct = [n for n in names[1:] if not table.loc[n, "same_as"]]
+
+    def get(name: str, key: str) -> float:
+        value = table.loc[name, key] if key in table.columns else math.nan
+        return float(value) if value is not None else math.nan
+
     if not distinct:
+        wait = get(base, "queue_s_mean")
+        measured = f" (a request waits {wait:.3g} s on average for its first step)"
         return (
-            "Every scheduler gives the same schedule: no queue builds at this load, so the "
-            f"order of waiting requests never matters (try --scenario {COMPARE_SCENARIO})."
+            "Every scheduler gives the same schedule: each request's latency is identical under "
+            f"all {len(names)}{measured if math.isfinite(wait) else ''}; try --scenario "
+            f"{COMPARE_SCENARIO}, where a queue builds."
         )
-    b_mean, b_p99 = table.loc[base, "e2e_s_mean"], table.loc[base, "e2e_s_p99"]
+    b_mean = get(base, "e2e_s_mean")
+    star = max(distinct, key=lambda n: abs(get(n, "e2e_s_mean") - b_mean))
+    s_mean = get(star, "e2e_s_mean")
+    keys = [k for k, _ in _PARTS if k in table.columns]
 
-    def change(n: str, key: str, ref: float) -> float:
-        return table.loc[n, key] / ref - 1 if ref else math.nan
+    def part(name: str, key: str) -> float:  # a run without KV transfers moved nothing
+        value = get(name, key)
+        return 0.0 if key == "kv_transfer_s_mean" and math.isnan(value) else value
 
-    star = max(distinct, key=lambda n: abs(change(n, "e2e_s_mean", b_mean)))
-    ttft = base_summary.get("ttft_s_mean", math.nan)
-    return (
-        f"Rows differ because requests queue (mean TTFT {ttft:.1f} s under {base}), so the "
-        f"order of the waiting queue decides who waits: {star} changes mean e2e latency by "
-        f"{change(star, 'e2e_s_mean', b_mean):+.0%} and p99 by "
-        f"{change(star, 'e2e_s_p99', b_p99):+.0%} against {base}."
+    deltas = {k: part(star, k) - part(base, k) for k in keys}
+    change = s_mean - b_mean
+    if not deltas or not all(math.isfinite(d) for d in deltas.values()) or change == 0:
+        return None
+    for name in (base, star):  # the parts must add up to the mean they explain
+        total = sum(part(name, k) for k in keys)
+        if not abs(total - get(name, "e2e_s_mean")) <= 1e-6 * max(1.0, abs(total)):
+            return None
+    top = max(deltas, key=lambda k: abs(deltas[k]))
+    spread = sum(abs(d) for d in deltas.values())
+    if deltas[top] * change <= 0 or abs(deltas[top]) < STORY_MAJORITY * spread:
+        return None
+    digits = max(2, 2 - math.floor(math.log10(abs(change))))  # 3 significant digits of it
+    p99 = get(star, "e2e_s_p99") / get(base, "e2e_s_p99") - 1
+    line = (
+        f"{star} changes mean e2e latency by {change / b_mean:+.0%} ({s_mean:.3g} s against "
+        f"{b_mean:.3g} s under {base})" + (f" and p99 by {p99:+.0%}" if math.isfinite(p99) else "")
+        + f"; {dict(_PARTS)[top]} accounts for {deltas[top]:+.{digits}f} s of the "
+        f"{change:+.{digits}f} s: {part(star, top):.3g} s against {part(base, top):.3g} s on "
+        "average"
     )
+    tpot = get(star, "tpot_s_mean"), get(base, "tpot_s_mean")
+    if top == "decode_s_mean" and all(math.isfinite(t) for t in tpot):
+        line += f", mean TPOT {tpot[0] * 1e3:.1f} ms against {tpot[1] * 1e3:.1f} ms"
+    return line + "."

@@ -403,7 +403,8 @@ def _common(p: argparse.ArgumentParser, workers: bool = True, suite: str = SUITE
             "--address",
             metavar="ADDR",
             help="join a running Ray cluster (e.g. HEAD:6379 after 'ray start --head') instead "
-            "of starting a local one",
+            "of starting a local one; a cluster that requires Ray's token authentication is "
+            "sent this machine's token if it runs on this machine, else set RAY_AUTH_MODE=token",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -25,6 +25,7 @@ package: the command finds the repository from this file's location or the worki
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import subprocess
@@ -135,23 +136,27 @@ def run_units(
                 f"on Ray, which is not installed; install it with `{RAY_HINT}` (or run serially "
                 "with --workers 1)"
             ) from None
-        if address:
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-        else:
-            ray.init(
-                num_cpus=workers,
-                ignore_reinit_error=True,
-                log_to_driver=False,
-                include_dashboard=False,
-            )
-        try:
+        with contextlib.ExitStack() as stack:
+            if address:
+                from llmsched_gym.leaderboard.raycluster import ray_joined
+
+                note = stack.enter_context(ray_joined(ray, address))
+                if note:
+                    print(f"  {note}", flush=True)
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+            else:
+                ray.init(
+                    num_cpus=workers,
+                    ignore_reinit_error=True,
+                    log_to_driver=False,
+                    include_dashboard=False,
+                )
+            stack.callback(ray.shutdown)
             remote = ray.remote(num_cpus=1)(_run_unit)
             print(f"  {len(units)} units on Ray ({workers} workers)", flush=True)
             results = ray.get(
                 [remote.remote(c, str(root), n) for c, n in zip(units, names, strict=True)]
             )
-        finally:
-            ray.shutdown()
     for cmd, log, (rc, sec) in zip(units, names, results, strict=True):
         if rc != 0:
             raise E.ExperimentError(f"{' '.join(cmd[1:])} failed (exit {rc}); see {log}")

@@ -12,8 +12,10 @@ unpickle (SB3's ``PPO.load`` of a ``model.zip``); it is off by default.
 
 Ray: one task per (policy, workload); ``workers`` > 1 starts a local Ray with that many CPUs,
 ``address`` joins a running cluster (``ray start --head`` on one machine, ``ray start
---address=HEAD:6379`` on the others). A worker that dies is retried once; a second death, like
-any error the policy raises, becomes a ``failed`` row naming the error: nothing is dropped.
+--address=HEAD:6379`` on the others; token authentication as ``raycluster`` says). A worker that
+dies is retried once; a second death, like any error the policy raises, becomes a ``failed`` row
+naming the error: nothing is dropped. A local Ray takes seconds to start (about 7 s on a 2-core
+machine, and 1-2 s to stop); where that outweighs the runs, a line says so (``startup_note``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -281,74 +284,123 @@ def run_all(
 ) -> list[dict[str, Any]]:
     """Rows of every (policy spec, workload) job, in the order given.
 
-    ``workers`` 1 without ``address``: in this process. Otherwise one Ray task per job.
-    ``trust_pickle``: as ``run_workload``'s.
+    ``workers`` 1 without ``address``: in this process. Otherwise one Ray task per job; where a
+    local Ray's start-up cost more than the runs themselves, a line on stderr says so, with the
+    measured times (``startup_note``). ``trust_pickle``: as ``run_workload``'s.
     """
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     from tqdm import tqdm
 
     serial = workers == 1 and address is None
-    # Ray prints its start-up lines (token authentication, "Started a local Ray instance") as it
-    # starts: before the bar, so that they do not break into it.
-    ray, started = (None, False) if serial else _start_ray(workers, address)
-    bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not progress, leave=False)
-    try:
+    timing: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        # Ray prints its start-up lines (token authentication, "Started a local Ray instance")
+        # as it starts: before the bar, so that they do not break into it.
+        ray = None if serial else _start_ray(workers, address, stack, timing)
+        bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not progress, leave=False)
+        stack.callback(bar.close)
         if serial:
             rows = []
             for spec, w in jobs:
                 rows.append(run_workload(suite, spec, w, trust_pickle))
                 bar.update()
             return rows
-        return _run_ray(ray, started, suite, jobs, bar, trust_pickle)
-    finally:
-        bar.close()
+        rows = _run_ray(ray, suite, jobs, bar, trust_pickle)
+    if address is None and "start_s" in timing:
+        note = startup_note(timing, rows, workers, time.perf_counter() - t0)
+        if note:
+            print(note, file=sys.stderr)
+    return rows
 
 
-def _start_ray(workers: int, address: str | None) -> tuple[Any, bool]:
-    """``(ray, started)``: Ray, initialised here (``started``) unless it already was."""
+def startup_note(
+    timing: dict[str, float], rows: Sequence[dict[str, Any]], workers: int, elapsed_s: float
+) -> str | None:
+    """A line saying serial would have been faster, from measured times (None if it would not).
+
+    ``timing``: the seconds a local Ray took to start (``start_s``) and to stop (``stop_s``);
+    ``elapsed_s``: the whole parallel run. Serial time is estimated as the sum of the runs' own
+    wall times (measured in the workers, so an over-estimate while Ray competes for the CPUs).
+    """
+    overhead = timing.get("start_s", 0.0) + timing.get("stop_s", 0.0)
+    walls = [float(r["wall_s"]) for r in rows if r.get("wall_s") is not None]
+    serial = sum(walls)
+    if not walls or workers < 2 or serial >= elapsed_s:
+        return None
+    line = (
+        f"note: Ray took {overhead:.1f} s to start and stop, of this run's {elapsed_s:.1f} s, "
+        f"and the {len(walls)} runs themselves {serial:.1f} s in all: serial (--workers 1) "
+        "would have been faster"
+    )
+    # Ray's run takes about overhead + n * per_run / workers, serial n * per_run.
+    saved_per_run = serial / len(walls) * (1 - 1 / workers)
+    if saved_per_run > 0:
+        runs = math.ceil(overhead / saved_per_run)
+        line += f"; {workers} workers pay off from about {runs:,} runs like these"
+    return line
+
+
+def _start_ray(
+    workers: int, address: str | None, stack: contextlib.ExitStack, timing: dict[str, float]
+) -> Any:
+    """Ray, initialised here unless it already was; shut down by ``stack`` if started here.
+
+    ``timing`` receives the seconds a start here took (``start_s``) and, on the way out, the
+    shutdown's (``stop_s``).
+    """
     ray = _check_ray(workers, address)
     if ray.is_initialized():
-        return ray, False
+        return ray
+    t0 = time.perf_counter()
     if address is not None:
+        from llmsched_gym.leaderboard.raycluster import ray_joined
+
+        note = stack.enter_context(ray_joined(ray, address))
+        if note:
+            print(note, file=sys.stderr)
         ray.init(address=address, log_to_driver=False)
     else:
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    return ray, True
+    timing["start_s"] = time.perf_counter() - t0
+
+    def stop() -> None:
+        t1 = time.perf_counter()
+        ray.shutdown()
+        timing["stop_s"] = time.perf_counter() - t1
+
+    stack.callback(stop)
+    return ray
 
 
 def _run_ray(
     ray: Any,
-    started: bool,
     suite: Suite,
     jobs: Sequence[tuple[str, Workload]],
     bar: Any,
     trust_pickle: bool,
 ) -> list[dict[str, Any]]:
-    """Every job as a Ray task; shuts Ray down after if it was ``started`` for these jobs."""
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(run_workload)
-        suite_ref = ray.put(suite)
-        # Clusters first: their runs are the longest, and starting them last would leave one
-        # worker busy while the others idle. Rows still come back in the order given.
-        order = sorted(
-            range(len(jobs)), key=lambda i: suite.task(jobs[i][1].task).interface != "router"
-        )
-        pending = {remote.remote(suite_ref, *jobs[i], trust_pickle): i for i in order}
-        rows: list[dict[str, Any] | None] = [None] * len(jobs)
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                i = pending.pop(ref)
-                try:
-                    rows[i] = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - a worker died twice: report it
-                    spec, w = jobs[i]
-                    row = _base_row(w, getattr(spec, "name", spec))
-                    row.update(status="failed", error=f"worker died twice: {type(exc).__name__}")
-                    rows[i] = row
-                bar.update()
-        return [r for r in rows if r is not None]
-    finally:
-        if started:
-            ray.shutdown()
+    """Every job as a Ray task."""
+    remote = ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)(run_workload)
+    suite_ref = ray.put(suite)
+    # Clusters first: their runs are the longest, and starting them last would leave one
+    # worker busy while the others idle. Rows still come back in the order given.
+    order = sorted(
+        range(len(jobs)), key=lambda i: suite.task(jobs[i][1].task).interface != "router"
+    )
+    pending = {remote.remote(suite_ref, *jobs[i], trust_pickle): i for i in order}
+    rows: list[dict[str, Any] | None] = [None] * len(jobs)
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            i = pending.pop(ref)
+            try:
+                rows[i] = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - a worker died twice: report it
+                spec, w = jobs[i]
+                row = _base_row(w, getattr(spec, "name", spec))
+                row.update(status="failed", error=f"worker died twice: {type(exc).__name__}")
+                rows[i] = row
+            bar.update()
+    return [r for r in rows if r is not None]

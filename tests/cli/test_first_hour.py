@@ -34,7 +34,10 @@ def test_default_compare_tells_a_story(tmp_path: Path, capsys) -> None:
     lines = stdout.splitlines()
     assert lines[0].startswith("chat-sharegpt-overload-v0 (1,000 requests) on vidur:llama-2-7b")
     assert "max_num_batched_tokens=8192" in lines[0]
-    assert any(line.startswith("Rows differ because requests queue") for line in lines)
+    # the story names the measured part of the latency that moved: here the wait for a first step
+    story = next(line for line in lines if " changes mean e2e latency by " in line)
+    assert story.startswith("static-priority:shortest-prompt changes mean e2e latency by -40%")
+    assert "waiting for a first step (arrival to first schedule) accounts for" in story
     # slo_attainment is 0.009 in every row: one line says which SLO and why.
     assert (
         "slo_attainment: the share of requests with TTFT < 1 s and TPOT < 0.05 s; under vllm-v1,"
