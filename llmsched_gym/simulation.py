@@ -142,13 +142,13 @@ def simulate(
     trace-event JSON (``llmsched_gym/metrics/timeline.py``; write it with ``write_trace``).
     Not with ``async_scheduling`` (a ``ConfigError``).
     """
-    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.cost.registry import as_cost_model
     from llmsched_gym.metrics.summary import summary_values
     from llmsched_gym.metrics.table import request_table
     from llmsched_gym.policies.registry import make_policy
     from llmsched_gym.workloads.trace import load_trace
 
-    model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
+    model = as_cost_model(cost_model)
     cfg = resolve_config(config, model)
     policy = make_policy(scheduler) if isinstance(scheduler, str) else scheduler
     items = list(trace) if not isinstance(trace, (str, Path)) else load_trace(trace, limit=limit)

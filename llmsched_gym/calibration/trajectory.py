@@ -145,9 +145,9 @@ def _batch_set(steps: Sequence[SampledStep]) -> Any:
 def price_items(steps: Sequence[SampledStep], cost_model: Any) -> np.ndarray:
     """The profile's step time of every step, from its items (as the engine prices them)."""
     from llmsched_gym.calibration.torch_fit import _predict
-    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.cost.registry import as_cost_model
 
-    model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
+    model = as_cost_model(cost_model)
     return np.asarray(_predict(model, _batch_set(steps)), dtype=np.float64)
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "ProfiledExtendedCostModel",
     "ProfiledPiecewiseCostModel",
     "ProfiledLinearCostModel",
+    "as_cost_model",
     "list_profiles",
     "load_cost_model",
     "load_profile_file",
@@ -472,6 +473,23 @@ def load_cost_model(spec: str) -> CostModel:
     if _looks_like_path(spec):
         return load_profile_file(spec)
     raise _unknown_spec(spec)
+
+
+def as_cost_model(model: str | Path | CostModel, where: str = "cost model") -> CostModel:
+    """The cost model ``model`` names (a spec string or a profile path), or ``model`` itself
+    when it already is one: the one place a ``str | CostModel`` argument becomes a model.
+
+    Raises:
+        CostModelError: for a bad spec, or an object without ``step_time`` / ``step_times``.
+    """
+    if isinstance(model, (str, Path)):
+        return load_cost_model(str(model))
+    if not callable(getattr(model, "step_time", None)):
+        raise CostModelError(
+            f"{where}: expected a cost model spec (e.g. 'constant:0.02', a profile name or "
+            f"path) or an object with step_time(), got {type(model).__name__}"
+        )
+    return model
 
 
 def profile_info(spec: str) -> ProfileInfo:

@@ -127,3 +127,15 @@ def test_profile_info_of_constant_and_roofline():
     assert profile_info("constant:0.5").kind == "constant"
     info = profile_info("roofline:qwen3-32b@h200")
     assert (info.model, info.gpu, info.tp) == ("qwen3-32b", "h200-141gb", 1)
+
+
+def test_as_cost_model_is_the_one_place_a_spec_or_model_becomes_a_model():
+    from llmsched_gym.cost.registry import as_cost_model
+
+    model = as_cost_model("constant:0.02")
+    assert model.step_time(1, 0, 0, 1, 0) == 0.02
+    assert as_cost_model(model) is model
+    with pytest.raises(CostModelError, match=r"instances\[2\]\.cost_model: expected a cost model"):
+        as_cost_model(42, "instances[2].cost_model")
+    with pytest.raises(CostModelError, match="constant needs a number"):
+        as_cost_model("constant:fast")

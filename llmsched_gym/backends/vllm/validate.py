@@ -230,10 +230,10 @@ def validate(
     import pandas as pd
 
     from llmsched_gym.backends.vllm.tokens import with_token_ids
-    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.cost.registry import as_cost_model
     from llmsched_gym.simulation import simulate
 
-    model = load_cost_model(str(cost_model)) if isinstance(cost_model, (str, Path)) else cost_model
+    model = as_cost_model(cost_model)
     cfg = engine.config
     vocab = cfg.tiny.vocab_size if cfg.model is None else 30000
     reqs = with_token_ids(specs, vocab)
@@ -590,12 +590,11 @@ def run_validation(
         The result and, when ``out_dir`` is given, the written files.
     """
     from llmsched_gym.backends.vllm.engine import LiveEngine, LiveEngineConfig
-    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.cost.registry import as_cost_model
     from llmsched_gym.workloads.trace import load_trace
 
     own = engine is None
-    if isinstance(cost_model, (str, Path)):
-        cost_model = load_cost_model(str(cost_model))
+    cost_model = as_cost_model(cost_model)
     if scheduler != "vllm-v1":
         import dataclasses
 

@@ -151,13 +151,13 @@ def hexgen_cost(
     Returns:
         ``spec``'s model when both modes are the defaults, else a :class:`HexGenCodeCost`.
     """
-    from llmsched_gym.cost.registry import load_cost_model
+    from llmsched_gym.cost.registry import as_cost_model
 
     if calibration not in CALIBRATIONS:
         raise ConfigError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
     if decode not in ("batched", "code-constant"):
         raise ConfigError(f"decode must be 'batched' or 'code-constant', got {decode!r}")
-    model = load_cost_model(spec) if isinstance(spec, str) else spec
+    model = as_cost_model(spec)
     if calibration == "roofline" and decode == "batched":
         return model
     key = gpu_key(getattr(model, "gpu", None), CODE_DECODE_S)
@@ -168,7 +168,7 @@ def hexgen_cost(
                 raise ConfigError("code-ratio needs a reference model for a non-string spec")
             head, _, tail = spec.partition("@")
             reference = f"{head}@a100-80gb" + (tail[tail.index("/") :] if "/" in tail else "")
-        speed = load_cost_model(reference) if isinstance(reference, str) else reference
+        speed = as_cost_model(reference)
         if calibration == "code-ratio":
             scale = CODE_DECODE_S[key] / CODE_DECODE_S[REFERENCE_GPU]
         else:

@@ -184,12 +184,12 @@ class HexGenPQPolicy(VllmV1Policy):
 
     def reset(self, engine: Any) -> None:
         """Bind to the engine's cost model; forget per-run state."""
-        from llmsched_gym.cost.registry import load_cost_model
+        from llmsched_gym.cost.registry import as_cost_model
 
         self._local = TCompModel(engine.cost_model)
         if self.cost_models_given:
             self._means = [
-                TCompModel(load_cost_model(m) if isinstance(m, str) else m)
+                TCompModel(as_cost_model(m))
                 for m in self.cost_models_given
             ]
         else:
