@@ -19,7 +19,6 @@ through ``build_site(extra=...)``: functions that receive the ``Site`` and retur
 from __future__ import annotations
 
 import csv
-import html
 import json
 import math
 import re
@@ -30,6 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.leaderboard.site_html import (
+    Axis,
+    curve_svg,
+    document,
+    esc,
+    fmt,
+    interval_svg,
+    num,
+    sort_key,
+    table,
+)
 from llmsched_gym.leaderboard.site_markdown import render_markdown
 from llmsched_gym.leaderboard.suite import LEVELS
 
@@ -48,13 +58,6 @@ ASSETS = "img"
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif")
 """Images the site copies (no SVG: an SVG file can carry scripts and external references)."""
-
-CSP = (
-    "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; "
-    "script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
-)
-"""Every page's Content-Security-Policy: nothing loads from outside the site's folder."""
-
 
 def is_site_entry(name: str) -> bool:
     """Whether a top-level entry of an output folder is one the site writes (pages, images)."""
@@ -78,30 +81,8 @@ PageSource = Callable[["Site"], Sequence[Page]]
 """A function that adds pages to a site (``build_site(extra=[...])``)."""
 
 
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "x"
-
-
-def _num(x: Any) -> float:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _fmt(x: Any, spec: str = ".3f") -> str:
-    v = _num(x)
-    return format(v, spec) if math.isfinite(v) else "—"
-
-
-def _sort_key(x: Any) -> str:
-    """A cell's ``data-sort`` value: the number, or empty (sorted last) when there is none."""
-    v = _num(x)
-    return repr(v) if math.isfinite(v) else ""
 
 
 @dataclass
@@ -181,119 +162,9 @@ class Site:
         """An image of the repository as a figure with its caption."""
         href = self.image(src)
         return (
-            f'<figure><img src="{_esc(href)}" alt="{_esc(caption)}">'
-            f"<figcaption>{_esc(caption)}</figcaption></figure>"
+            f'<figure><img src="{esc(href)}" alt="{esc(caption)}">'
+            f"<figcaption>{esc(caption)}</figcaption></figure>"
         )
-
-
-# --- drawing --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Axis:
-    """A shared log axis for ratio intervals (1 is always on it)."""
-
-    lo: float
-    hi: float
-    width: int = 200
-
-    @classmethod
-    def of(cls, scores: Sequence[Any]) -> _Axis:
-        vals = [1.0]
-        for s in scores:
-            vals += [v for v in (s.value, s.low, s.high) if math.isfinite(v) and v > 0]
-        lo, hi = min(vals), max(vals)
-        span = max(math.log(hi / lo), 0.02)
-        pad = 0.06 * span
-        return cls(math.exp(math.log(lo) - pad), math.exp(math.log(lo) + span + pad))
-
-    def x(self, v: float) -> float:
-        return round(4 + (self.width - 8) * math.log(v / self.lo) / math.log(self.hi / self.lo), 1)
-
-
-def interval_svg(score: Any, axis: _Axis, group: str) -> str:
-    """A score's value and 95% interval on ``axis`` (dashed line: 1, the reference)."""
-    if not score.n or not math.isfinite(score.value) or score.value <= 0:
-        return ""
-    one = axis.x(1.0)
-    parts = [
-        f'<svg class="ci {group}" width="{axis.width}" height="18" '
-        f'viewBox="0 0 {axis.width} 18" role="img" aria-label="{_esc(score.text())}">',
-        f"<title>{_esc(score.text())}</title>",
-        f'<line class="one" x1="{one}" x2="{one}" y1="1" y2="17"/>',
-    ]
-    if math.isfinite(score.low) and math.isfinite(score.high):
-        lo, hi = axis.x(score.low), axis.x(score.high)
-        parts.append(f'<line class="bar" x1="{lo}" x2="{hi}" y1="9" y2="9"/>')
-        parts += [f'<line class="bar" x1="{v}" x2="{v}" y1="5" y2="13"/>' for v in (lo, hi)]
-    parts.append(f'<circle cx="{axis.x(score.value)}" cy="9" r="3.5"/>')
-    return "".join(parts) + "</svg>"
-
-
-def curve_svg(points: Sequence[tuple[float, float]], title: str, ylabel: str) -> str:
-    """A learning curve: every episode as a dot and their running mean as a line."""
-    pts = [(x, y) for x, y in points if math.isfinite(x) and math.isfinite(y)]
-    if not pts:
-        return ""
-    w, h, left, right, top, bottom = 600, 220, 62, 12, 24, 36
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1
-
-    def sx(x: float) -> float:
-        return round(left + (w - left - right) * (x - x0) / (x1 - x0), 1)
-
-    def sy(y: float) -> float:
-        return round(top + (h - top - bottom) * (1 - (y - y0) / (y1 - y0)), 1)
-
-    window = max(1, len(pts) // 20)
-    mean, run = [], 0.0
-    for k, (_, y) in enumerate(pts):
-        run += y - (pts[k - window][1] if k >= window else 0.0)
-        mean.append(run / min(k + 1, window))
-    step = max(1, len(pts) // 600)
-    dots = "".join(
-        f'<circle cx="{sx(x)}" cy="{sy(y)}" r="1.6"/>' for x, y in pts[::step]
-    )
-    line = " ".join(f"{sx(x)},{sy(m)}" for (x, _), m in zip(pts, mean, strict=True))
-    ticks = "".join(
-        f'<text x="{left - 6}" y="{sy(v) + 4}" class="ytick">{v:.3g}</text>' for v in (y0, y1)
-    ) + "".join(
-        f'<text x="{sx(v)}" y="{h - bottom + 16}" class="xtick {end}">{v:,.0f}</text>'
-        for v, end in ((x0, "start"), (x1, "end"))
-    )
-    return (
-        f'<svg class="curve" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
-        f'aria-label="{_esc(title)}"><title>{_esc(title)}</title>'
-        f'<text x="{left}" y="15" class="ctitle">{_esc(title)}</text>'
-        f'<rect class="frame" x="{left}" y="{top}" width="{w - left - right}" '
-        f'height="{h - top - bottom}"/>'
-        f'<g class="dots">{dots}</g><polyline class="mean" points="{line}"/>{ticks}'
-        f'<text x="{(w + left) / 2}" y="{h - 4}" class="xlabel">environment steps</text>'
-        f'<text x="12" y="{(h + top - bottom) / 2}" class="ylabel" '
-        f'transform="rotate(-90 12 {(h + top - bottom) / 2})">{_esc(ylabel)}</text></svg>'
-    )
-
-
-# --- tables ---------------------------------------------------------------------------------
-
-
-def table(head: Sequence[str], rows: Sequence[Sequence[Any]], *, ident: str, cls: str = "") -> str:
-    """A sortable table. A cell is HTML text, or ``(html, sort_key)`` to sort by a number."""
-    ths = "".join(f'<th scope="col">{h}</th>' for h in head)
-    body = []
-    for row in rows:
-        tds = []
-        for cell in row:
-            if isinstance(cell, tuple):
-                tds.append(f'<td data-sort="{_esc(cell[1])}">{cell[0]}</td>')
-            else:
-                tds.append(f"<td>{cell}</td>")
-        body.append("<tr>" + "".join(tds) + "</tr>")
-    return (
-        f'<table id="{_esc(ident)}" class="sortable {cls}">\n<thead><tr>{ths}</tr></thead>\n'
-        "<tbody>\n" + "\n".join(body) + "\n</tbody>\n</table>"
-    )
 
 
 def _rank_sort(label: str) -> str:
@@ -335,26 +206,26 @@ def _board_table(site: Site, tb: Any, rows: Sequence[tuple[str, dict]], group: s
     from llmsched_gym.leaderboard.tables import row_notes
 
     task, levels = tb.task, _levels(tb.task)
-    axis = _Axis.of([r["score"] for r in tb.board])
+    axis = Axis.of([r["score"] for r in tb.board])
     out = []
     for label, r in rows:
         page = site.folders.get(tb.folder_of[r["method"]])
-        method = _esc(r["method"])
+        method = esc(r["method"])
         out.append(
             [
-                (_esc(label), _rank_sort(label)),
-                f'<a href="{_esc(page)}">{method}</a>' if page else method,
-                _esc(r["kind"]),
-                (_esc(r["score"].text()), _sort_key(r["score"].value)),
-                (interval_svg(r["score"], axis, group), _sort_key(r["score"].value)),
+                (esc(label), _rank_sort(label)),
+                f'<a href="{esc(page)}">{method}</a>' if page else method,
+                esc(r["kind"]),
+                (esc(r["score"].text()), sort_key(r["score"].value)),
+                (interval_svg(r["score"], axis, group), sort_key(r["score"].value)),
                 *(
-                    (_fmt(r["levels"][lvl].value) if r["levels"][lvl].n else "—",
-                     _sort_key(r["levels"][lvl].value))
+                    (fmt(r["levels"][lvl].value) if r["levels"][lvl].n else "—",
+                     sort_key(r["levels"][lvl].value))
                     for lvl in levels
                 ),
-                (_fmt(r["tail"].value) if r["tail"].n else "—", _sort_key(r["tail"].value)),
+                (fmt(r["tail"].value) if r["tail"].n else "—", sort_key(r["tail"].value)),
                 (str(r["num_workloads"]), r["num_workloads"]),
-                _esc("; ".join(row_notes(r, task.reference))),
+                esc("; ".join(row_notes(r, task.reference))),
             ]
         )
     head = ["rank", "method", "kind", "score [95% CI]", "interval", *levels, "tail",
@@ -373,8 +244,8 @@ def _per_workload(tb: Any, methods: Sequence[str]) -> str:
         first = next(by[m][w] for m in methods if w in by[m])
         r0 = ref.get(w)
         ref_value = r0["value"] if r0 and r0["status"] == "ok" else math.nan
-        cells: list[Any] = [_esc(w), _esc(first["level"]), (_fmt(ref_value, ".4g"),
-                                                           _sort_key(ref_value))]
+        cells: list[Any] = [esc(w), esc(first["level"]), (fmt(ref_value, ".4g"),
+                                                           sort_key(ref_value))]
         for m in methods:
             r = by[m].get(w)
             if r is None:
@@ -382,10 +253,10 @@ def _per_workload(tb: Any, methods: Sequence[str]) -> str:
             elif r["status"] != "ok":
                 cells.append(("failed", ""))
             else:
-                cells.append((_fmt(r.get("ratio")), _sort_key(r.get("ratio"))))
+                cells.append((fmt(r.get("ratio")), sort_key(r.get("ratio"))))
         rows.append(cells)
-    head = ["workload", "level", f"{_esc(task.reference)} {_esc(first_metric(tb))}",
-            *(_esc(m) for m in methods)]  # fmt: skip
+    head = ["workload", "level", f"{esc(task.reference)} {esc(first_metric(tb))}",
+            *(esc(m) for m in methods)]  # fmt: skip
     return table(head, rows, ident="per-workload", cls="wide")
 
 
@@ -402,21 +273,21 @@ def _per_level(tb: Any, rows: Sequence[dict], ident: str) -> str:
     parts = []
     for lvl in _levels(tb.task):
         scores = [r["levels"][lvl] for r in rows]
-        axis = _Axis.of(scores)
+        axis = Axis.of(scores)
         body = [
             [
-                _esc(r["method"]),
-                _esc(r["kind"] if not r["oracle"] else "oracle"),
-                (_esc(r["levels"][lvl].text()), _sort_key(r["levels"][lvl].value)),
+                esc(r["method"]),
+                esc(r["kind"] if not r["oracle"] else "oracle"),
+                (esc(r["levels"][lvl].text()), sort_key(r["levels"][lvl].value)),
                 (interval_svg(r["levels"][lvl], axis, row_group(r)),
-                 _sort_key(r["levels"][lvl].value)),
+                 sort_key(r["levels"][lvl].value)),
                 (str(r["levels"][lvl].n), r["levels"][lvl].n),
             ]
             for r in rows
             if r["levels"][lvl].n
         ]
         if body:
-            parts.append(f"<h3>{_esc(lvl)}</h3>")
+            parts.append(f"<h3>{esc(lvl)}</h3>")
             parts.append(
                 table(["method", "kind", "score [95% CI]", "interval", "workloads"], body,
                       ident=f"{ident}-{lvl}")
@@ -432,19 +303,19 @@ def task_page(site: Site, tb: Any, headroom: Sequence[Mapping[str, Any]]) -> Pag
     task, suite = tb.task, site.suite
     intro = markdown_table(suite, task, tb.board).split("\n| rank |", 1)[0]
     intro = intro.split("\n", 1)[1] if intro.startswith("### ") else intro  # the h1 says it
-    parts = [f"<h1>{_esc(task.name)}</h1>", render_markdown(intro, heading_offset=0)]
+    parts = [f"<h1>{esc(task.name)}</h1>", render_markdown(intro, heading_offset=0)]
     labelled = list(zip(rank_labels(tb.board), tb.board, strict=True))
     for group, heading, what in GROUPS:
         rows = [(label, r) for label, r in labelled if row_group(r) == group]
         if rows:
-            parts.append(f'<h2 id="{group}">{_esc(heading)} ({len(rows)})</h2>')
-            parts.append(f'<p class="what">{_esc(what)}</p>')
+            parts.append(f'<h2 id="{group}">{esc(heading)} ({len(rows)})</h2>')
+            parts.append(f'<p class="what">{esc(what)}</p>')
             parts.append(_board_table(site, tb, rows, group))
     parts.append('<h2 id="levels">Per load level</h2>')
     parts.append(_per_level(tb, tb.board, "level"))
     parts.append('<h2 id="workloads">Per workload</h2>')
     parts.append(
-        f"<p>The ratio of {_esc(task.reference)}'s metric to each method's on every held-out "
+        f"<p>The ratio of {esc(task.reference)}'s metric to each method's on every held-out "
         "test workload (above 1: better than the reference).</p>"
     )
     parts.append(_per_workload(tb, [r["method"] for r in tb.board]))
@@ -491,7 +362,7 @@ def learning_curves(site: Site, folder: Path) -> str:
                                                              checkpoints):
         keys = [k for k in ("checkpoint", "seed", "timesteps", "validation_score")
                 if k in checkpoints[0]]  # fmt: skip
-        rows = [[(_esc(c.get(k, "")), _sort_key(c.get(k))) for k in keys] for c in checkpoints]
+        rows = [[(esc(c.get(k, "")), sort_key(c.get(k))) for k in keys] for c in checkpoints]
         parts.append("<h3>Validation during training</h3>")
         parts.append(table(keys, rows, ident="checkpoints"))
     return "\n".join(parts)
@@ -502,7 +373,7 @@ def _curve_from_csv(path: Path, title: str) -> str:
         rows = list(csv.DictReader(f))
     out = []
     for column, label in (("return", "episode return"), ("vs_reference", "reference / agent")):
-        pts = [(_num(r.get("timesteps")), _num(r.get(column))) for r in rows]
+        pts = [(num(r.get("timesteps")), num(r.get(column))) for r in rows]
         if any(math.isfinite(y) for _, y in pts):
             out.append(curve_svg(pts, f"Learning curve: {title}", label))
     return "\n".join(out)
@@ -512,19 +383,19 @@ def submission_page(site: Site, tb: Any, sub: Any, label: str, r: Mapping[str, A
     """A submission's page: facts, scores, every workload's row, learning curve, README."""
     task = tb.task
     facts = [
-        ("task", f'<a href="{_task_file(task.name)}">{_esc(task.name)}</a>'),
-        ("suite", _esc(sub.suite)),
-        ("policy", f"<code>{_esc(sub.policy)}</code>"),
-        ("kind", _esc(r["kind"]) + ("" if r["kind"] == sub.kind else
-                                    f" (declared {_esc(sub.kind)})")),
+        ("task", f'<a href="{_task_file(task.name)}">{esc(task.name)}</a>'),
+        ("suite", esc(sub.suite)),
+        ("policy", f"<code>{esc(sub.policy)}</code>"),
+        ("kind", esc(r["kind"]) + ("" if r["kind"] == sub.kind else
+                                    f" (declared {esc(sub.kind)})")),
         ("oracle", ("yes" if r["oracle"] else "no")
          + (" (declared)" if sub.oracle else "")),
-        ("rank", _esc(label)),
-        ("paper", _esc(sub.paper or "—")),
-        ("training", _esc(sub.training or "—")),
+        ("rank", esc(label)),
+        ("paper", esc(sub.paper or "—")),
+        ("training", esc(sub.training or "—")),
     ]  # fmt: skip
     parts = [
-        f"<h1>{_esc(task.name)}: {_esc(sub.method)}</h1>",
+        f"<h1>{esc(task.name)}: {esc(sub.method)}</h1>",
         '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>",
         '<h2 id="score">Score</h2>',
         _per_level_summary(tb, r),
@@ -544,19 +415,19 @@ def submission_page(site: Site, tb: Any, sub: Any, label: str, r: Mapping[str, A
 
 def _per_level_summary(tb: Any, r: Mapping[str, Any]) -> str:
     levels = [r["levels"][lvl] for lvl in _levels(tb.task)]
-    axis = _Axis.of([r["score"], r["tail"], *levels])
+    axis = Axis.of([r["score"], r["tail"], *levels])
     group = row_group(r)
-    rows = [["all", (_esc(r["score"].text()), _sort_key(r["score"].value)),
-             (interval_svg(r["score"], axis, group), _sort_key(r["score"].value)),
+    rows = [["all", (esc(r["score"].text()), sort_key(r["score"].value)),
+             (interval_svg(r["score"], axis, group), sort_key(r["score"].value)),
              (str(r["score"].n), r["score"].n)]]  # fmt: skip
     for lvl in _levels(tb.task):
         s = r["levels"][lvl]
         if s.n:
-            rows.append([_esc(lvl), (_esc(s.text()), _sort_key(s.value)),
-                         (interval_svg(s, axis, group), _sort_key(s.value)), (str(s.n), s.n)])
-    rows.append([f"tail ({_esc(tb.task.tail_metric)})",
-                 (_esc(r["tail"].text()), _sort_key(r["tail"].value)),
-                 (interval_svg(r["tail"], axis, group), _sort_key(r["tail"].value)),
+            rows.append([esc(lvl), (esc(s.text()), sort_key(s.value)),
+                         (interval_svg(s, axis, group), sort_key(s.value)), (str(s.n), s.n)])
+    rows.append([f"tail ({esc(tb.task.tail_metric)})",
+                 (esc(r["tail"].text()), sort_key(r["tail"].value)),
+                 (interval_svg(r["tail"], axis, group), sort_key(r["tail"].value)),
                  (str(r["tail"].n), r["tail"].n)])  # fmt: skip
     return table(["workloads", "score [95% CI]", "interval", "n"], rows, ident="score")
 
@@ -567,14 +438,14 @@ def _submission_rows(tb: Any, method: str) -> str:
         note = r.get("error") or r.get("oracle_reason") or ""
         rows.append(
             [
-                _esc(r["workload"]),
-                _esc(r["level"]),
-                _esc(r["status"]),
-                (_fmt(r.get("value"), ".4g"), _sort_key(r.get("value"))),
-                (_fmt(r.get("reference_value"), ".4g"), _sort_key(r.get("reference_value"))),
-                (_fmt(r.get("ratio")), _sort_key(r.get("ratio"))),
-                (_fmt(r.get("tail_ratio")), _sort_key(r.get("tail_ratio"))),
-                _esc(note),
+                esc(r["workload"]),
+                esc(r["level"]),
+                esc(r["status"]),
+                (fmt(r.get("value"), ".4g"), sort_key(r.get("value"))),
+                (fmt(r.get("reference_value"), ".4g"), sort_key(r.get("reference_value"))),
+                (fmt(r.get("ratio")), sort_key(r.get("ratio"))),
+                (fmt(r.get("tail_ratio")), sort_key(r.get("tail_ratio"))),
+                esc(note),
             ]
         )
     head = ["workload", "level", "status", "value", "reference value", "ratio", "tail ratio",
@@ -589,11 +460,11 @@ def paper_page(site: Site, path: Path) -> Page:
     paper = E.load(path)
     rows = E.evaluate(paper, paper.results)
     cols = ("figure", "finding", "paper", "ours", "rule", "verdict")
-    body = [[_esc(row[c]) for c in cols] for row in rows]
+    body = [[esc(row[c]) for c in cols] for row in rows]
     parts = [
-        f"<h1>{_esc(paper.title)}</h1>",
+        f"<h1>{esc(paper.title)}</h1>",
         f"<p>The reproduction's headline findings from its committed results "
-        f"(<code>llmsched-gym leaderboard reproduce {_esc(paper.id)} --from-results</code>): "
+        f"(<code>llmsched-gym leaderboard reproduce {esc(paper.id)} --from-results</code>): "
         f"{len(rows)} findings, each with the paper's value, ours, the acceptance rule and the "
         "verdict.</p>",
         '<h2 id="headlines">Headline table</h2>',
@@ -614,9 +485,9 @@ def paper_page(site: Site, path: Path) -> Page:
 
 def document_page(site: Site, file: str, title: str, docs: Sequence[Path], summary: str) -> Page:
     """An analysis page: Markdown files rendered in order, each with the images beside it."""
-    parts = [f"<h1>{_esc(title)}</h1>"]
+    parts = [f"<h1>{esc(title)}</h1>"]
     for doc in docs:
-        parts.append(f'<h2 class="source">{_esc(doc.relative_to(site.root))}</h2>')
+        parts.append(f'<h2 class="source">{esc(doc.relative_to(site.root))}</h2>')
         parts.append(site.markdown(doc.read_text(errors="replace"), doc.parent))
         for png in sorted(p for p in doc.parent.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
             if png.resolve() not in site.images:
@@ -657,14 +528,14 @@ def index_page(site: Site, boards: Mapping[str, Any]) -> Page:
         def best(r: Mapping[str, Any] | None) -> tuple[str, str]:
             if r is None:
                 return "—", ""
-            return f"{_esc(r['method'])} {_esc(r['score'].text())}", _sort_key(r["score"].value)
+            return f"{esc(r['method'])} {esc(r['score'].text())}", sort_key(r["score"].value)
 
         rows.append(
             [
-                f'<a href="{_task_file(name)}">{_esc(name)}</a>',
-                _esc(tb.task.decision),
-                _esc(tb.task.metric),
-                _esc(tb.task.reference),
+                f'<a href="{_task_file(name)}">{esc(name)}</a>',
+                esc(tb.task.decision),
+                esc(tb.task.metric),
+                esc(tb.task.reference),
                 "scored" if tb.task.scored else "unscored",
                 (str(len(tb.submissions)), len(tb.submissions)),
                 best(agent),
@@ -674,11 +545,11 @@ def index_page(site: Site, boards: Mapping[str, Any]) -> Page:
     head = ["task", "decision", "metric", "reference", "status", "submissions",
             "best agent: score [95% CI]", "best whole scheduler"]  # fmt: skip
     parts = [
-        f"<h1>llmsched-gym leaderboards ({_esc(suite.version)})</h1>",
-        f"<p>{_esc(suite.description)}</p>",
+        f"<h1>llmsched-gym leaderboards ({esc(suite.version)})</h1>",
+        f"<p>{esc(suite.description)}</p>",
     ]
     if suite.superseded:
-        parts.append(f'<p class="warn">SUPERSEDED: {_esc(suite.superseded)}</p>')
+        parts.append(f'<p class="warn">SUPERSEDED: {esc(suite.superseded)}</p>')
     parts += [
         "<p>Scores: geometric mean over the held-out test workloads of the reference's metric "
         "over the method's (above 1: better than the reference), with a paired 95% interval. "
@@ -692,8 +563,8 @@ def index_page(site: Site, boards: Mapping[str, Any]) -> Page:
         if listed:
             parts.append(f'<h2 id="{section}">{heading}</h2><ul>')
             parts += [
-                f'<li><a href="{_esc(p.file)}">{_esc(p.title)}</a>'
-                + (f": {_esc(p.summary)}" if p.summary else "")
+                f'<li><a href="{esc(p.file)}">{esc(p.title)}</a>'
+                + (f": {esc(p.summary)}" if p.summary else "")
                 + "</li>"
                 for p in listed
             ]
@@ -704,91 +575,13 @@ def index_page(site: Site, boards: Mapping[str, Any]) -> Page:
 
 # --- writing --------------------------------------------------------------------------------
 
-_STYLE = """
-body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1b1b1b;background:#fff}
-header{background:#24344d;padding:.5em 1em}header a{color:#fff;margin-right:1em}
-main{padding:1em 2em;max-width:1400px}footer{padding:1em 2em;color:#666;font-size:13px}
-table{border-collapse:collapse;margin:.6em 0 1.2em}th,td{border:1px solid #d6d6d6;
-padding:3px 7px;vertical-align:middle}th{background:#f1f3f6;text-align:left}
-table.sortable th{cursor:pointer;user-select:none}
-th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
-td[data-sort]{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.wide{font-size:13px}p.what{color:#555;margin:.2em 0}.warn{color:#a00;font-weight:bold}
-svg.ci line.one{stroke:#777;stroke-dasharray:2 2}svg.ci line.bar{stroke:#333;stroke-width:1.5}
-svg.ci.agent circle{fill:#1f77b4}svg.ci.reference circle{fill:#ff7f0e}
-svg.ci.oracle circle,svg.ci.failed circle{fill:#888}
-svg.curve .frame{fill:none;stroke:#999}svg.curve .dots circle{fill:#1f77b4;opacity:.35}
-svg.curve .mean{fill:none;stroke:#d62728;stroke-width:1.6}svg.curve text{font-size:11px}
-svg.curve .ytick,svg.curve .xtick.end{text-anchor:end}svg.curve .xlabel{text-anchor:middle}
-figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}
-figcaption{font-size:13px;color:#555}pre{background:#f6f8fa;padding:.6em;overflow:auto}
-code{background:#f3f3f3;padding:0 2px}.external{color:#6a4c00}.refused-link{color:#a00}
-dl.facts{display:grid;grid-template-columns:max-content auto;gap:2px 1em}dt{font-weight:bold}
-.readme{border-top:1px solid #ddd}td.right,th.right{text-align:right}
-"""
-
-_SCRIPT = """
-(function () {
-  "use strict";
-  function key(cell) {
-    var raw = cell.getAttribute("data-sort");
-    if (raw === null) { raw = cell.textContent.trim(); }
-    if (raw === "" || raw === "\\u2014") { return null; }
-    var num = Number(raw);
-    return isFinite(num) ? num : raw;
-  }
-  function compare(a, b) {
-    if (typeof a === "number" && typeof b === "number") { return a - b; }
-    if (typeof a === "number") { return -1; }
-    if (typeof b === "number") { return 1; }
-    return a.localeCompare(b, undefined, {numeric: true, sensitivity: "base"});
-  }
-  function sortBy(table, col, th) {
-    var asc = th.getAttribute("aria-sort") !== "ascending";
-    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (h) {
-      h.removeAttribute("aria-sort");
-    });
-    var body = table.tBodies[0];
-    var rows = Array.prototype.map.call(body.rows, function (row, i) {
-      return {key: key(row.cells[col]), i: i, row: row};
-    });
-    rows.sort(function (x, y) {
-      if (x.key === null || y.key === null) {
-        return x.key === y.key ? x.i - y.i : (x.key === null ? 1 : -1);
-      }
-      var c = compare(x.key, y.key);
-      return c === 0 ? x.i - y.i : (asc ? c : -c);
-    });
-    rows.forEach(function (r) { body.appendChild(r.row); });
-    th.setAttribute("aria-sort", asc ? "ascending" : "descending");
-  }
-  Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
-    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, col) {
-      th.tabIndex = 0;
-      th.title = "sort by this column";
-      th.addEventListener("click", function () { sortBy(table, col, th); });
-      th.addEventListener("keydown", function (e) {
-        if (e.key === "Enter" || e.key === " ") { e.preventDefault(); sortBy(table, col, th); }
-      });
-    });
-  });
-})();
-"""
-
-
 def render_page(site: Site, page: Page, nav: Sequence[tuple[str, str]]) -> str:
     """The whole HTML document of ``page`` (inlined style and script, the CSP, navigation)."""
-    links = "".join(f'<a href="{_esc(f)}">{_esc(t)}</a>' for f, t in nav)
-    return (
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{_esc(page.title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
-        f"<header><nav>{links}</nav></header>\n<main>\n{page.body}\n</main>\n"
-        f"<footer>Generated by <code>llmsched-gym leaderboard site</code> from the committed "
-        f"results of {_esc(site.suite.version)}.</footer>\n<script>{_SCRIPT}</script>\n"
-        "</body>\n</html>\n"
+    footer = (
+        "Generated by <code>llmsched-gym leaderboard site</code> from the committed results of "
+        f"{esc(site.suite.version)}."
     )
+    return document(page.title, page.body, nav, footer)
 
 
 @dataclass(frozen=True)

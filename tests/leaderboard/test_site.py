@@ -199,7 +199,8 @@ Hello <img src=x onerror="alert(1)"> and <iframe src="https://evil.example/"></i
 
 [run me](javascript:alert(document.cookie)) [again](JAVASCRIPT:alert(1))
 [tabbed](java&#x09;script:alert(1)) [data](data:text/html;base64,PHNjcmlwdD4=)
-[outside](https://evil.example/track.js) [proto](//evil.example/x) ![pixel](https://evil.example/p.png)
+[outside](https://evil.example/track.js) [proto](//evil.example/x)
+![pixel](https://evil.example/p.png)
 [sibling](../vllm-v1) [task](..)
 
 | a | <b onclick="x()">b</b> |
