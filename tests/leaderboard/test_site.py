@@ -263,3 +263,19 @@ def test_refuses_a_folder_it_did_not_write_and_replaces_its_own(tmp_path, capsys
     (sim / "manifest.json").write_text('{"command": "simulate", "files": ["summary.json"]}')
     with pytest.raises(ConfigError, match="summary.json"):
         write_site(ROOT, load_suite("llmsched-v2"), sim)
+
+
+def test_extra_pages_plug_in_and_are_linked(tmp_path):
+    from llmsched_gym.leaderboard.site import Page, build_site
+
+    def more(site):
+        return [Page("notes.html", "Notes", "<h1>Notes</h1><p>an extra page</p>", "more", "x")]
+
+    dest = tmp_path / "site"
+    dest.mkdir()
+    pages = build_site(ROOT, load_suite("llmsched-v2"), dest, extra=[more])
+    assert "notes.html" in pages and (dest / "notes.html").is_file()
+    assert 'href="notes.html"' in (dest / "index.html").read_text()
+    assert 'href="notes.html"' in (dest / "task-route.html").read_text()  # in the navigation
+    with pytest.raises(ConfigError, match="taken"):
+        build_site(ROOT, load_suite("llmsched-v2"), tmp_path, extra=[more, more])
