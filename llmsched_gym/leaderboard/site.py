@@ -103,6 +103,13 @@ class Site:
         """The repository holding ``leaderboards/`` (and ``baselines/``)."""
         return self.root.resolve().parent
 
+    def shown(self, path: Path) -> str:
+        """``path`` as a caption: relative to ``leaderboards/`` where it lies under it."""
+        try:
+            return str(path.resolve().relative_to(self.root.resolve()))
+        except ValueError:
+            return path.name
+
     def add(self, page: Page) -> None:
         """Adds ``page``; a second page with the same file name is an error."""
         if page.file in self.pages or not re.fullmatch(r"[a-z0-9][a-z0-9.-]*\.html", page.file):
@@ -340,9 +347,11 @@ def learning_curves(site: Site, folder: Path) -> str:
         info = json.loads(path.read_text())
     except ValueError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(info, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(info).__name__}")
     recipe, seed = info.get("recipe"), info.get("seed")
     parts = []
-    if isinstance(recipe, str) and re.fullmatch(r"[\w.-]+", recipe):
+    if isinstance(recipe, str) and re.fullmatch(r"\w[\w.-]*", recipe):
         base = site.repo / "baselines" / "results" / recipe
         seed_dir = base / f"seed{seed}"
         runs = [seed_dir]
@@ -473,7 +482,7 @@ def paper_page(site: Site, path: Path) -> Page:
     plots = sorted(p for p in paper.results.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if plots:
         parts.append('<h2 id="plots">Plots</h2>')
-        parts += [site.figure(p, str(p.relative_to(site.root))) for p in plots]
+        parts += [site.figure(p, site.shown(p)) for p in plots]
     readme = path.parent / "README.md"
     if readme.is_file():
         parts += ['<h2 id="readme">README</h2>', '<div class="readme">',
@@ -487,11 +496,11 @@ def document_page(site: Site, file: str, title: str, docs: Sequence[Path], summa
     """An analysis page: Markdown files rendered in order, each with the images beside it."""
     parts = [f"<h1>{esc(title)}</h1>"]
     for doc in docs:
-        parts.append(f'<h2 class="source">{esc(doc.relative_to(site.root))}</h2>')
+        parts.append(f'<h2 class="source">{esc(site.shown(doc))}</h2>')
         parts.append(site.markdown(doc.read_text(errors="replace"), doc.parent))
         for png in sorted(p for p in doc.parent.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
             if png.resolve() not in site.images:
-                parts.append(site.figure(png, str(png.relative_to(site.root))))
+                parts.append(site.figure(png, site.shown(png)))
     return Page(file, title, "\n".join(parts), "analysis", summary)
 
 
