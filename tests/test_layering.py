@@ -33,7 +33,7 @@ FLOORS = {
     "errors": 0, "config": 0, "_json": 0, "_yaml": 0, "_gc": 0, "_markdown": 0, "_native": 0,
     "build_native": 0,
     "core.request": 1, "core.job": 1, "cost": 1, "metrics.columns": 1, "metrics._atomic": 1,
-    "tasks": 1,
+    "tasks": 1, "metrics._outputset": 1,
     "kv": 2, "core.queues": 2, "metrics": 2,
     "core": 3,
     "policies": 4, "workloads": 4,

@@ -1,4 +1,4 @@
-"""``llmsched-gym leaderboard``: list, evaluate, validate, show, headroom (and reproduce)."""
+"""``llmsched-gym leaderboard``: list, evaluate, validate, show, site, headroom, reproduce."""
 
 from __future__ import annotations
 
@@ -326,6 +326,15 @@ def _cmd_show(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_site(args: argparse.Namespace) -> int:
+    from llmsched_gym.leaderboard.site import write_site
+
+    out = write_site(leaderboards_root(args.root), _suite(args), args.out)
+    pages = sorted(out.glob("*.html"))
+    print(f"wrote {out}/ ({len(pages)} pages); open {out / 'index.html'} in a browser")
+    return 0
+
+
 def _count(text: str) -> int:
     """An int >= 0 for argparse, or its error naming the value."""
     try:
@@ -536,6 +545,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _common(q, workers=False)
     q.set_defaults(func=_cmd_show)
+
+    q = lsub.add_parser(
+        "site",
+        help="write the committed leaderboards and paper reproductions as a static site",
+        description="Writes a self-contained static site (no network at view time: CSS, "
+        "script and images inside the folder): a page per task (sortable tables, agents, "
+        "whole schedulers and oracles apart, 95%% intervals drawn, per-level and per-workload "
+        "tables), per submission (README, rows, learning curve) and per paper reproduction "
+        "(headline table, plots). The numbers are those 'leaderboard show' prints. An existing "
+        "--out folder is replaced only if the site wrote it.",
+    )
+    q.add_argument("--root", metavar="DIR", help="the leaderboards folder (default: the clone's)")
+    q.add_argument("--out", default="out/site", metavar="DIR", help="output folder (default "
+                   "out/site)")
+    _common(q, workers=False)
+    q.set_defaults(func=_cmd_site)
 
     q = lsub.add_parser(
         "headroom",

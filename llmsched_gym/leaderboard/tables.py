@@ -15,6 +15,8 @@ __all__ = [
     "markdown_table",
     "per_workload_table",
     "plot_scores",
+    "rank_labels",
+    "row_notes",
     "task_spread",
 ]
 
@@ -93,6 +95,36 @@ def task_spread(board: Sequence[Mapping[str, Any]], reference: str, threshold: f
     return {"best": best["method"], "gain": gain, "flagged": gain < threshold}
 
 
+def rank_labels(board: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each row's rank: agents 1, 2, ...; reference kind R1, R2, ...; oracles and failed "—"."""
+    labels, rank, ref_rank = [], 0, 0
+    for r in board:
+        label = "—"
+        if not r["oracle"] and not r["num_failed"]:
+            if r["kind"] == "reference":
+                ref_rank += 1
+                label = f"R{ref_rank}"
+            else:
+                rank += 1
+                label = str(rank)
+        labels.append(label)
+    return labels
+
+
+def row_notes(r: Mapping[str, Any], reference: str) -> list[str]:
+    """The notes of a board row: oracle, failures, identical to the reference, the reference."""
+    notes = []
+    if r["oracle"]:
+        notes.append("oracle (read hidden truth; ranked apart)")
+    if r["num_failed"]:
+        notes.append(f"failed on {r['num_failed']}: {r['first_error'][:80]}")
+    if r["identical_to_reference"] and r["method"] != reference:
+        notes.append(f"identical to {reference} on every workload")
+    if r["method"] == reference:
+        notes.append("reference")
+    return notes
+
+
 def markdown_table(
     suite: Suite, task: Any, board: Sequence[Mapping[str, Any]], *, spread_line: bool = True
 ) -> str:
@@ -145,25 +177,7 @@ def markdown_table(
         )
         + "|"
     )
-    rank = ref_rank = 0
-    for r in board:
-        notes = []
-        if r["oracle"]:
-            notes.append("oracle (read hidden truth; ranked apart)")
-        if r["num_failed"]:
-            notes.append(f"failed on {r['num_failed']}: {r['first_error'][:80]}")
-        if r["identical_to_reference"] and r["method"] != task.reference:
-            notes.append(f"identical to {task.reference} on every workload")
-        if r["method"] == task.reference:
-            notes.append("reference")
-        ranked = not r["oracle"] and not r["num_failed"]
-        label = "—"
-        if ranked and r["kind"] == "reference":
-            ref_rank += 1
-            label = f"R{ref_rank}"
-        elif ranked:
-            rank += 1
-            label = str(rank)
+    for label, r in zip(rank_labels(board), board, strict=True):
         cells = [
             label,
             r["method"],
@@ -172,7 +186,7 @@ def markdown_table(
             *(f"{r['levels'][lvl].value:.3f}" if r["levels"][lvl].n else "—" for lvl in levels),
             f"{r['tail'].value:.3f}" if r["tail"].n else "—",
             str(r["num_workloads"]),
-            "; ".join(notes),
+            "; ".join(row_notes(r, task.reference)),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

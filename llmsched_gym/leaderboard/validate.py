@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llmsched_gym.errors import ConfigError
 
-__all__ = ["collect_submissions", "show_leaderboards", "validate_submission"]
+__all__ = [
+    "TaskBoard",
+    "collect_submissions",
+    "show_leaderboards",
+    "task_boards",
+    "validate_submission",
+]
 
 
 def validate_submission(
@@ -299,33 +306,63 @@ def rescored_results(task: Any, subs: Sequence[Any]) -> dict[str, list[dict[str,
     return out
 
 
-def show_leaderboards(
-    root: Path, task_filter: str | None, out: str | Path, *, update: bool, suite: Any
-) -> int:
-    """Render every task's committed leaderboard: Markdown (printed and written) and a PNG."""
-    from llmsched_gym.leaderboard.headroom import read_headroom, task_headroom
-    from llmsched_gym.leaderboard.tables import leaderboard_rows, markdown_table, plot_scores
+@dataclass(frozen=True)
+class TaskBoard:
+    """One task's committed leaderboard: its submissions, their rescored rows and the board."""
 
-    tasks = task_filter.split(",") if task_filter else None
+    task: Any
+    submissions: list[Any]
+    methods: dict[str, list[dict[str, Any]]]
+    """Each method's committed rows, ratios recomputed (``rescored_results``)."""
+    board: list[dict[str, Any]]
+    """``tables.leaderboard_rows``: one summary per method, in the board's order."""
+
+
+def task_boards(
+    root: Path, suite: Any, tasks: Sequence[str] | None = None
+) -> dict[str, TaskBoard]:
+    """The committed leaderboards of ``suite`` under ``root``, in suite order (``show``, ``site``).
+
+    Raises:
+        ConfigError: no submission of the suite under ``root``.
+    """
+    from llmsched_gym.leaderboard.tables import leaderboard_rows
+
     subs = {
         task: kept
         for task, found in collect_submissions(root, tasks).items()
         if (kept := [s for s in found if s.suite == suite.version])
     }
-    committed = root / "headroom.csv"  # 'leaderboard headroom --update'
-    headroom = read_headroom(committed) if committed.is_file() else []
     if not subs:
         raise ConfigError(f"no submissions of suite {suite.version} under {root}")
-    if suite.superseded:
-        print(f"SUPERSEDED {suite.superseded}\n")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    boards, texts = {}, []
+    out = {}
     for name in [t for t in suite.tasks if t in subs]:
         task = suite.task(name)
         methods = rescored_results(task, subs[name])
         declared = {s.method: s.oracle for s in subs[name]}
         board = leaderboard_rows(task, methods, declared, {s.method: s.kind for s in subs[name]})
+        out[name] = TaskBoard(task, subs[name], methods, board)
+    return out
+
+
+def show_leaderboards(
+    root: Path, task_filter: str | None, out: str | Path, *, update: bool, suite: Any
+) -> int:
+    """Render every task's committed leaderboard: Markdown (printed and written) and a PNG."""
+    from llmsched_gym.leaderboard.headroom import read_headroom, task_headroom
+    from llmsched_gym.leaderboard.tables import markdown_table, plot_scores
+
+    tasks = task_filter.split(",") if task_filter else None
+    committed = root / "headroom.csv"  # 'leaderboard headroom --update'
+    headroom = read_headroom(committed) if committed.is_file() else []
+    built = task_boards(root, suite, tasks)
+    if suite.superseded:
+        print(f"SUPERSEDED {suite.superseded}\n")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    boards, texts = {}, []
+    for name, b in built.items():
+        task, board = b.task, b.board
         boards[name] = (task, board)
         text = markdown_table(suite, task, board)
         if headroom:
@@ -344,7 +381,7 @@ def show_leaderboards(
             plot_scores(suite, {name: (task, board)}, folder / "leaderboard.png")
     plot_scores(suite, boards, out / "leaderboards.png")
     print("\n".join(texts))
-    names = ", ".join(f"{n.lower()}.md" for n in suite.tasks if n in subs)
+    names = ", ".join(f"{n.lower()}.md" for n in built)
     print(f"wrote {out}/ ({names}, leaderboards.png)")
     if update:
         for name in boards:
