@@ -328,8 +328,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_site(args: argparse.Namespace) -> int:
     from llmsched_gym.leaderboard.site import write_site
+    from llmsched_gym.leaderboard.site_timeline import timeline_pages
 
-    out = write_site(leaderboards_root(args.root), _suite(args), args.out)
+    extra = [] if args.no_timeline else [timeline_pages(args.timeline_workload)]
+    out = write_site(leaderboards_root(args.root), _suite(args), args.out, extra)
     pages = sorted(out.glob("*.html"))
     print(f"wrote {out}/ ({len(pages)} pages); open {out / 'index.html'} in a browser")
     return 0
@@ -553,12 +555,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "script and images inside the folder): a page per task (sortable tables, agents, "
         "whole schedulers and oracles apart, 95%% intervals drawn, per-level and per-workload "
         "tables), per submission (README, rows, learning curve) and per paper reproduction "
-        "(headline table, plots). The numbers are those 'leaderboard show' prints. An existing "
-        "--out folder is replaced only if the site wrote it.",
+        "(headline table, plots), and one workload's schedule timeline (drawn, and its "
+        "Chrome trace file for Perfetto). The numbers are those 'leaderboard show' prints. An "
+        "existing --out folder is replaced only if the site wrote it.",
     )
     q.add_argument("--root", metavar="DIR", help="the leaderboards folder (default: the clone's)")
     q.add_argument("--out", default="out/site", metavar="DIR", help="output folder (default "
                    "out/site)")
+    q.add_argument("--timeline-workload", metavar="ID", help="the test workload whose timeline "
+                   "the site shows, as Task/scenario/source/test/seed (default: the first quick "
+                   "Priority workload at overload), run under vllm-v1")
+    q.add_argument("--no-timeline", action="store_true", help="no timeline page")
     _common(q, workers=False)
     q.set_defaults(func=_cmd_site)
 

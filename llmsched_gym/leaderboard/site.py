@@ -61,7 +61,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif")
 
 def is_site_entry(name: str) -> bool:
     """Whether a top-level entry of an output folder is one the site writes (pages, images)."""
-    return name.endswith(".html") or name == ASSETS
+    return name.endswith(".html") or name in (ASSETS, "traces")
 
 
 @dataclass(frozen=True)

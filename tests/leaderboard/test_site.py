@@ -17,6 +17,13 @@ import pytest
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.leaderboard.cli import leaderboards_root
 from llmsched_gym.leaderboard.site import write_site
+from llmsched_gym.leaderboard.site_timeline import (
+    LANES,
+    WINDOW_S,
+    default_workload,
+    timeline_pages,
+    timeline_stem,
+)
 from llmsched_gym.leaderboard.site_markdown import link_kind, render_markdown
 from llmsched_gym.leaderboard.suite import load_suite
 
@@ -80,7 +87,7 @@ def md_rows(text: str, first: str) -> list[list[str]]:
 def site(tmp_path_factory):
     suite = load_suite("llmsched-v2")
     out = tmp_path_factory.mktemp("site") / "site"
-    return write_site(ROOT, suite, out), suite
+    return write_site(ROOT, suite, out, [timeline_pages()]), suite
 
 
 def test_every_task_submission_and_paper_has_a_page(site):
@@ -279,3 +286,38 @@ def test_extra_pages_plug_in_and_are_linked(tmp_path):
     assert 'href="notes.html"' in (dest / "task-route.html").read_text()  # in the navigation
     with pytest.raises(ConfigError, match="taken"):
         build_site(ROOT, load_suite("llmsched-v2"), tmp_path, extra=[more, more])
+
+
+def test_the_timeline_page_draws_the_trace_it_ships(site):
+    """The page links its whole trace (valid against the schema) and draws, for the first
+    ``LANES`` lanes, one rectangle per phase that starts within ``WINDOW_S``."""
+    import json
+
+    from llmsched_gym.metrics.timeline import check_trace
+
+    out, suite = site
+    stem = timeline_stem(default_workload(suite).id)
+    page = (out / f"{stem}.html").read_text()
+    trace = json.loads((out / "traces" / f"{stem}.json").read_text())
+    check_trace(trace)
+    assert f'href="traces/{stem}.json"' in page
+    lanes = sorted(
+        e["tid"] for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 0 and e["tid"] > 0
+    )[:LANES]  # fmt: skip
+    phases = [
+        e for e in trace["traceEvents"]
+        if e["pid"] == 0 and e.get("tid") in lanes and e["ph"] == "X"
+        and e.get("cat") in ("waiting", "prefill", "decode", "preempted")
+        and e["ts"] < WINDOW_S * 1e6
+    ]  # fmt: skip
+    drawn = re.findall(r'<rect class="(wait|pre|dec|pmt)"', page)
+    assert phases and len(drawn) == len(phases)
+    assert {"waiting": "wait", "decode": "dec"}.keys() <= {e["cat"] for e in phases}
+
+
+def test_an_unknown_timeline_workload_is_named(tmp_path):
+    suite = load_suite("llmsched-v2")
+    with pytest.raises(ConfigError, match="--timeline-workload 'Priority/nope/x/test/1' is not"):
+        write_site(ROOT, suite, tmp_path / "s", [timeline_pages("Priority/nope/x/test/1")])
+    assert not (tmp_path / "s").exists()

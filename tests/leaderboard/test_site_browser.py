@@ -16,6 +16,7 @@ import pytest
 
 from llmsched_gym.leaderboard.cli import leaderboards_root
 from llmsched_gym.leaderboard.site import write_site
+from llmsched_gym.leaderboard.site_timeline import timeline_pages
 from llmsched_gym.leaderboard.suite import load_suite
 from tests.leaderboard.site_browser import CHROMIUM, check_site
 
@@ -42,7 +43,8 @@ def _need_browser() -> None:
 def site(tmp_path_factory) -> Path:
     _need_browser()
     out = tmp_path_factory.mktemp("browser") / "site"
-    return write_site(leaderboards_root(), load_suite("llmsched-v2"), out)
+    extra = [timeline_pages()]
+    return write_site(leaderboards_root(), load_suite("llmsched-v2"), out, extra)
 
 
 def test_every_page_passes_in_chromium(site):
