@@ -100,6 +100,14 @@ def _check_fixed(data: dict[str, Any], source: str) -> None:
             )
 
 
+VLLM_MAX_NUM_BATCHED_TOKENS = 8192
+"""vLLM 0.32.0's token budget per step (``SchedulerConfig.max_num_batched_tokens`` for online
+serving with chunked prefill): the one copy of it, which every default in the package reads."""
+
+VLLM_MAX_NUM_SEQS = 256
+"""vLLM 0.32.0's cap on running requests (``SchedulerConfig.max_num_seqs``): the one copy."""
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Settings of one simulated engine instance (the keys of ``--engine-config``).
@@ -108,9 +116,9 @@ class EngineConfig:
     ``CacheConfig``; ``num_gpu_blocks`` counts vLLM's reserved null block.
     """
 
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS
     """Token budget of one engine step (vLLM's chunked-prefill default for online serving)."""
-    max_num_seqs: int = 256
+    max_num_seqs: int = VLLM_MAX_NUM_SEQS
     """Most requests in the running queue at once (vLLM's default)."""
     block_size: int = 16
     """Tokens per KV-cache block (vLLM's default on GPUs)."""

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_gym.config import VLLM_MAX_NUM_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS
 from llmsched_gym.cost.base import (
     LONG_MIN_CACHED,
     SHORT_MAX_NEW_TOKENS,
@@ -533,8 +534,8 @@ def linearize(
     cost_model: Any,
     num_batches: int = 4000,
     seed: int = 0,
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int = VLLM_MAX_NUM_SEQS,
     max_model_len: int = 8192,
     heldout_fraction: float = 0.2,
 ) -> FitResult:

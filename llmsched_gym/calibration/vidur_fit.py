@@ -50,6 +50,7 @@ from llmsched_gym.calibration.linearfit import (
     design_batches,
     fit_linear,
 )
+from llmsched_gym.config import VLLM_MAX_NUM_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS
 from llmsched_gym.cost.hardware import get_model
 from llmsched_gym.cost.roofline import RooflineCostModel, RooflineParams
 from llmsched_gym.errors import CostModelError
@@ -152,8 +153,8 @@ VIDUR_TARGETS: dict[str, VidurTarget] = {
             "a100",
             "meta-llama/Meta-Llama-3-8B",
             "a100_dgx",
-            max_num_batched_tokens=8192,
-            max_num_seqs=256,
+            max_num_batched_tokens=VLLM_MAX_NUM_BATCHED_TOKENS,
+            max_num_seqs=VLLM_MAX_NUM_SEQS,
             max_model_len=8192,
         ),
         VidurTarget(
@@ -163,8 +164,8 @@ VIDUR_TARGETS: dict[str, VidurTarget] = {
             "a100",
             "meta-llama/Meta-Llama-3-70B",
             "a100_dgx",
-            max_num_batched_tokens=8192,
-            max_num_seqs=256,
+            max_num_batched_tokens=VLLM_MAX_NUM_BATCHED_TOKENS,
+            max_num_seqs=VLLM_MAX_NUM_SEQS,
             max_model_len=8192,
         ),
     )

@@ -24,14 +24,16 @@ VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 
 ENGINE_HELP = {
     "max_num_batched_tokens": "token budget of one engine step: prompt, chunk and decode tokens "
-    "computed in one batch (vLLM --max-num-batched-tokens; default 8192)",
-    "max_num_seqs": "most requests in the running queue at once (vLLM --max-num-seqs; default 256)",
+    "computed in one batch (vLLM --max-num-batched-tokens; default "
+    f"{EngineConfig.max_num_batched_tokens})",
+    "max_num_seqs": "most requests in the running queue at once (vLLM --max-num-seqs; default "
+    f"{EngineConfig.max_num_seqs})",
     "block_size": "tokens per KV-cache block, one of vLLM's sizes 1, 8, 16, 32, 64, 128 (vLLM "
     "--block-size; default 16; an --engine-config file may set any size, e.g. for tiny test "
     "engines)",
     "num_gpu_blocks": "KV-cache blocks including vLLM's reserved null block 0; default: derived "
     "from the cost profile's GPU memory, weights and gpu_memory_utilization=0.9 as vLLM does, "
-    "else 8192",
+    f"else {EngineConfig.num_gpu_blocks}",
     "enable_prefix_caching": "reuse full KV blocks across requests by chain hash with an LRU free "
     "queue (vLLM --enable-prefix-caching / --no-enable-prefix-caching; default on)",
     "scheduling_policy": "waiting-queue order: fcfs (preempted requests return to the head) or "

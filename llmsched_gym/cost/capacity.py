@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llmsched_gym.config import VLLM_MAX_NUM_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS
 from llmsched_gym.cost.hardware import GPUSpec, ModelSpec, get_gpu, get_model
 from llmsched_gym.errors import CostModelError
 
@@ -161,8 +162,8 @@ def kv_capacity(
     tp: int = 1,
     block_size: int = 16,
     gpu_memory_utilization: float = 0.9,
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int = VLLM_MAX_NUM_SEQS,
     overheads: MemoryOverheads | None = None,
     available_kv_cache_bytes: int | None = None,
     mode: str = "vllm-v1",
@@ -259,8 +260,8 @@ def num_gpu_blocks(
     tp: int = 1,
     block_size: int = 16,
     gpu_memory_utilization: float = 0.9,
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int = VLLM_MAX_NUM_SEQS,
     overheads: MemoryOverheads | None = None,
     available_kv_cache_bytes: int | None = None,
     mode: str = "vllm-v1",

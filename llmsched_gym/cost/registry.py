@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from llmsched_gym import _yaml
+from llmsched_gym.config import VLLM_MAX_NUM_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS
 from llmsched_gym.cost.base import (
     ConstantCostModel,
     CostModel,
@@ -124,8 +125,8 @@ class ProfiledLinearCostModel(LinearCostModel):
         self,
         block_size: int = 16,
         gpu_memory_utilization: float = 0.9,
-        max_num_batched_tokens: int = 8192,
-        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs: int = VLLM_MAX_NUM_SEQS,
         overheads: MemoryOverheads | None = None,
     ) -> int:
         """KV blocks vLLM would allocate for this profile's (model, GPU, TP)."""

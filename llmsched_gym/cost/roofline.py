@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from llmsched_gym.config import VLLM_MAX_NUM_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS
 from llmsched_gym.cost.base import affine_decode_series
 from llmsched_gym.cost.capacity import KVCapacity, MemoryOverheads, kv_capacity
 from llmsched_gym.cost.hardware import GPUSpec, ModelSpec, get_gpu, get_model
@@ -327,8 +328,8 @@ class RooflineCostModel:
         self,
         block_size: int = 16,
         gpu_memory_utilization: float = 0.9,
-        max_num_batched_tokens: int = 8192,
-        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs: int = VLLM_MAX_NUM_SEQS,
         overheads: MemoryOverheads | None = None,
     ) -> int:
         """KV blocks vLLM would allocate for this (model, GPU, TP); see :func:`kv_capacity`."""
@@ -340,8 +341,8 @@ class RooflineCostModel:
         self,
         block_size: int = 16,
         gpu_memory_utilization: float = 0.9,
-        max_num_batched_tokens: int = 8192,
-        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs: int = VLLM_MAX_NUM_SEQS,
         overheads: MemoryOverheads | None = None,
     ) -> KVCapacity:
         """The full KV budget breakdown; see :func:`llmsched_gym.cost.capacity.kv_capacity`."""
