@@ -239,3 +239,30 @@ def test_engine_policies_and_envs_have_no_function_over_100_lines() -> None:
                     if n > MAX_FUNCTION_LINES:
                         long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({n})")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def _map_floors() -> dict[str, int]:
+    """ARCHITECTURE.md's floor table: each room it names (a backticked module or folder) -> its
+    floor."""
+    import re
+
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\| (\d+) \| (.*?) \|", line)
+        if m:
+            for room in re.findall(r"`([^`]+)`", m.group(2)):
+                out[room.rstrip("/").replace("/", ".")] = int(m.group(1))
+    return out
+
+
+def test_the_map_lists_every_room_on_its_floor() -> None:
+    """Every room of ``FLOORS`` is in ARCHITECTURE.md's table, on the floor the test enforces
+    (``""``, the package's front door, is ``__init__`` there), so the map cannot drift."""
+    drawn = _map_floors()
+    wrong = []
+    for room, level in FLOORS.items():
+        name = room or "__init__"
+        if drawn.get(name) != level:
+            wrong.append(f"{name}: map {drawn.get(name, 'missing')}, FLOORS {level}")
+    assert not wrong, "ARCHITECTURE.md's floor table: " + "; ".join(wrong)
