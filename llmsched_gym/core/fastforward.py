@@ -412,11 +412,11 @@ def finish_start(eng: Engine, stop: float) -> float:
     """A lower bound of when the engine's next step that may finish a request starts.
 
     Valid while the engine receives no request: the engine's next event time, or, in a pending
-    stretch, the start of its last step (no request finishes before it; the stretch may end
-    earlier, at blocks running out, and then that step is no earlier than the next finish) or
-    of its first step at or after its next arrival, whichever comes first. Steps are priced
-    ahead (kept for ``continue_stretch``) only while they start before ``stop``: a result at or
-    after ``stop`` only says that no step before ``stop`` finishes a request.
+    stretch, the start of the stretch's last step (no request has its last token before that
+    step, also when the stretch ends early where free blocks run out) or of its first step at
+    or after its own next arrival, whichever comes first. Steps are priced ahead (kept for
+    ``continue_stretch``) only while they start before ``stop``: a result at or after ``stop``
+    says only that no step starting before it finishes a request.
     """
     plan = eng._plan
     if plan is None:

@@ -12,7 +12,7 @@ from llmsched_gym.kv.block_pool import BlockPool
 SHARED = list(range(1, 13))  # 12 tokens = 3 full blocks of 4
 
 
-@pytest.mark.parametrize("n", [10, 2, 3, 5000, 7])  # pools share one id range, grown on demand
+@pytest.mark.parametrize("n", [10, 2, 3, 5000, 7])  # one shared id range, grown on demand
 def test_block_pool_starts_in_id_order_with_null_block_reserved(n):
     pool = BlockPool(n, enable_caching=True)
     assert pool.null_block == 0
