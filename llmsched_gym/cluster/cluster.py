@@ -16,6 +16,11 @@ loop reaches the end of the batch, so the whole workload is never held:
 * else advance that engine by one step or fast-forwarded stretch with ``until=t``, so no stretch
   runs past a routing decision.
 
+With jobs or PD, a finish creates an arrival (a stage, a hand-off), so ``until`` is also bounded
+by the other instances' next possible finishes (``Engine.next_finish_start``: a decode stretch's
+last step); the steps that may finish run in the order of a lock-step loop (which bounds ``until``
+by the other instances' next step starts, ``Cluster.wide_bound = False``), with the same results.
+
 A router therefore sees each busy instance as of the end of the step it was running when the
 request arrived (vLLM's router would see that step in flight); idle instances as they are.
 
@@ -238,6 +243,10 @@ class Cluster:
     records need the specs, are refused.
     """
 
+    wide_bound = True
+    """With jobs or PD, let an instance run ahead of the others up to their next possible
+    finishes (``_advance``); False runs them in lock-step (the reference; same results)."""
+
     def __init__(
         self,
         instances: Sequence[InstanceSpec | Mapping[str, Any]],
@@ -364,6 +373,12 @@ class Cluster:
         """Each instance's next event time, kept across decisions (``next_decision``)."""
         self._stale = -1
         """The instance whose next event time ``dispatch`` changed (-1: none)."""
+        self.num_advances = 0
+        """Engine advances (steps or pieces of stretches) the loop has made."""
+        self._finish = array("d")
+        self._finish_stop = array("d")
+        """Each instance's ``Engine.next_finish_start`` and the stop it was priced to
+        (``_advance``)."""
         self._counts: array | None = None
         """Each instance's outstanding requests (``InstanceView.num_requests``), kept up to date
         as engines move while ``run`` routes by least requests itself (``_least_requests``)."""
@@ -652,6 +667,12 @@ class Cluster:
         instances=list,
         s=cython.double,
         tj=cython.double,
+        inf=cython.double,
+        bound=cython.double,
+        t_arr=cython.double,
+        finish=cython.double[:],
+        finish_stop=cython.double[:],
+        wide=cython.bint,
         counts=object,
         views=list,
         view=InstanceView,
@@ -659,11 +680,14 @@ class Cluster:
         k=cython.long,
         t_list=cython.double,
         from_list=cython.bint,
+        stale=cython.long,
+        moves=cython.long,
     )
     def _advance(self) -> bool:
         """Advance engines until a request awaits routing (``_pending``); False at the end."""
         heap = self._heap
         instances = self.instances
+        inf = float("inf")
         # Each engine's next event time (the clock when it has work, else its next arrival),
         # refreshed for the engine that moved: between two decisions only the cluster changes
         # its engines (advancing one, dispatching to one, or handing a PD request to one).
@@ -673,13 +697,25 @@ class Cluster:
             self._times = times
         elif self._stale >= 0:
             times[self._stale] = instances[self._stale].engine.next_event_time()
+        # Each engine's ``next_finish_start``, with the ``stop`` it was priced to (-inf: to
+        # compute): valid until the engine moves or gets a request; recomputed with a later
+        # stop when it was cut short and bounds another instance.
+        finish = self._finish
+        finish_stop = self._finish_stop
+        wide = self.wide_bound
+        if len(finish) != len(instances):
+            finish = self._finish = array("d", [-inf] * len(instances))
+            finish_stop = self._finish_stop = array("d", [-inf] * len(instances))
         counts = self._counts
         views = self._views
-        if counts is not None and self._stale >= 0:
-            view = views[self._stale]
-            counts[self._stale] = view._num_requests()
+        stale = self._stale
+        if stale >= 0:
+            finish[stale] = finish_stop[stale] = -inf
+            if counts is not None:
+                view = views[stale]
+                counts[stale] = view._num_requests()
         self._stale = -1
-        inf = float("inf")
+        moves = 0
         arrivals = self._arrivals
         while True:
             # The next arrival: the sorted list's or the heap's, by (time, sequence number).
@@ -717,6 +753,8 @@ class Cluster:
                     self._handoff(event)
                     times = [x.engine.next_event_time() for x in instances]
                     self._times = times
+                    for j in range(n):
+                        finish[j] = finish_stop[j] = -inf
                     if counts is not None:
                         self._count_requests()
                         counts = self._counts
@@ -727,18 +765,38 @@ class Cluster:
                     self._check_routable(spec)
                 self._pending = event
                 self._pending_candidates = candidates
+                self.num_advances += moves
                 return True
             if s == inf:
+                self.num_advances += moves
                 return False
             inst = instances[i]
             engine = inst.engine
-            # A finish elsewhere can release a job stage or hand a PD request over: then no
-            # instance may run a step starting at or after another instance's next step start
-            # before that instance has run it (its finishes are not known yet). Without jobs or
-            # PD, arrivals are all known and only the next one bounds a stretch.
+            # Without jobs or PD, arrivals are all known and only the next one bounds a
+            # stretch. With them, a finish elsewhere can release a job stage or hand a PD
+            # request over, so no instance runs a step starting at or after another's next step
+            # that may finish a request (``finish``: ``Engine.next_finish_start``, the next step
+            # itself unless the instance is in a decode stretch). Then every step that finishes
+            # a request runs in the lock-step loop's order (start, then instance), and so do
+            # the releases and hand-offs it pushes and the job states it changes; a step that
+            # reads those states (a policy's ``ctx.job``: a stepped step, or the start of a
+            # stretch) starts at an instance's next step, so every finish the lock-step loop
+            # would run before it has run, and none after it. Only stretch steps, which read
+            # nothing outside their engine, run ahead of the others' finishes.
             if self._causal:
-                s_other = min(times[:i] + times[i + 1 :]) if len(times) > 1 else inf
-                bound = t_arr if t_arr < s_other else s_other
+                bound = t_arr
+                for j in range(n):
+                    if j == i:
+                        continue
+                    tj = times[j]
+                    if wide:
+                        tj = finish[j]
+                        if tj < bound and tj >= finish_stop[j]:  # unknown or cut short
+                            tj = instances[j].engine.next_finish_start(bound)
+                            finish[j] = tj
+                            finish_stop[j] = bound
+                    if tj < bound:
+                        bound = tj
             else:
                 bound = t_arr
             if bound > s:
@@ -746,8 +804,10 @@ class Cluster:
                     raise RuntimeError(f"instance {inst.name!r} did not advance at t={s}")
             else:  # tied with another instance: one step starting at s is safe
                 engine.step()
+            moves += 1
             inst.busy_s += engine.now - s
             times[i] = engine.next_event_time()
+            finish[i] = finish_stop[i] = -inf
             if counts is not None:
                 view = views[i]
                 counts[i] = view._num_requests()

@@ -17,6 +17,7 @@ cdef class Engine:
     cdef public long num_steps, num_ff_steps, num_preemptions, _stall, _unsampled, _unsampled_preemptions
     cdef public long _next_arrival, _seq, waiting_tokens, running_tokens, running_prefills
     cpdef next_event_time(self)
+    cpdef double next_finish_start(self, double stop) except? -1.0
     cpdef bint _ready(self, until) except -1
     cpdef bint advance(self, until=*) except -1
     cpdef _admit_arrivals(self)

@@ -431,6 +431,16 @@ class Engine:
             return max(self.now, self._pending[self._next_arrival].arrival_time)
         return float("inf")
 
+    def next_finish_start(self, stop: float) -> float:
+        """A lower bound of when this engine's next step that may finish a request starts.
+
+        Valid until a request is added (``enqueue``); at least ``next_event_time()``. In a
+        pending decode stretch it is the stretch's last step (``fastforward.finish_start``,
+        which prices steps ahead only while they start before ``stop``). A cluster lets other
+        instances run ahead to it: no stage or hand-off can come from here before.
+        """
+        return _ff.finish_start(self, stop)
+
     def _ready(self, until: float) -> bool:
         """Admit arrivals (jumping an idle clock to the next one); True if a step starts < until."""
         self._admit_arrivals()

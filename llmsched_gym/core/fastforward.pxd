@@ -9,7 +9,8 @@ from llmsched_gym.kv.manager cimport KVCacheManager
 cdef class PendingStretch:
     cdef public long bs, k, longest, m0, n
     cdef public object t_arr, rooms
-    cdef public list durations, starts, running
+    cdef public list durations, starts, running, ahead_d, ahead_s
+    cdef public long ahead_pos
     cdef public dict memo
 
 # Module functions as C functions: calls inside this module (the engine's stretches) skip
@@ -27,5 +28,6 @@ cpdef stretch_end(list pending, long next_arrival, list cancels)
 cpdef list free_after_steps(list events, long n, long k, long free)
 cpdef place_blocks(BlockPool pool, list running, list events, long n)
 cpdef bint continue_stretch(Engine eng, until) except -1
+cpdef double finish_start(Engine eng, double stop) except? -1.0
 cpdef advance_decode_stretch(Engine eng, long k, list durations, list starts)
 cpdef _log_stretch(Engine eng, long k, list starts, list durations, list free_after, list finished_ids)

@@ -54,9 +54,15 @@ class PendingStretch:
 
     ``k`` bounds it (no request finishes before step ``k - 1``, blocks last); ``durations`` and
     ``starts`` price the steps taken so far; ``t_arr`` is the next arrival, which ends it.
+    ``ahead_d`` / ``ahead_s`` (from ``ahead_pos`` on) price steps not taken yet, as
+    ``decode_series`` returns them (``ahead_s[ahead_pos]`` is the clock): ``finish_start``
+    prices them to bound the stretch's end, and ``continue_stretch`` takes them first.
     """
 
     __slots__ = (
+        "ahead_d",
+        "ahead_pos",
+        "ahead_s",
         "bs",
         "durations",
         "k",
@@ -86,6 +92,9 @@ class PendingStretch:
         self.durations, self.starts, self.bs = durations, starts, bs
         self.running = running
         self.rooms: list[int] | None = None
+        self.ahead_d: list[float] | None = None
+        self.ahead_s: list[float] | None = None
+        self.ahead_pos = 0
         self.memo: dict[str, Any] = {}
         """Readers' aggregates of the lagging counters (``Engine.peek_running``)."""
 
@@ -336,30 +345,104 @@ def try_fast_forward(eng: Engine) -> bool:
     return True
 
 
-@cython.locals(plan=PendingStretch, j=cython.long, n=cython.long)
+@cython.locals(
+    plan=PendingStretch,
+    j=cython.long,
+    n=cython.long,
+    p=cython.long,
+    q=cython.long,
+    m=cython.long,
+    ahead_d=list,
+    ahead_s=list,
+)
 def continue_stretch(eng: Engine, until: float) -> bool:
-    """``advance`` with a pending stretch: price its next steps that start before ``until``.
+    """``advance`` with a pending stretch: take its next steps that start before ``until``.
 
-    The stretch is applied (``sync``) once it reaches its end or the next arrival.
+    Steps priced ahead (``finish_start``) are taken first, then the rest are priced. The
+    stretch is applied (``sync``) once it reaches its end or the next arrival.
     """
     plan = eng._plan
     now = eng.now
     if now >= until:
         return False
     t_arr = plan.t_arr
+    cut = until if until < t_arr else t_arr
+    end = now
+    ahead_d = plan.ahead_d
+    if ahead_d is not None:
+        ahead_s = plan.ahead_s
+        p = plan.ahead_pos
+        m = len(ahead_d)
+        q = p
+        while q < m and ahead_s[q] < cut:
+            q += 1
+        plan.durations += ahead_d[p:q]
+        plan.starts += ahead_s[p + 1 : q + 1]
+        end = ahead_s[q]
+        if q < m:
+            plan.ahead_pos = q
+        else:  # all taken: what follows is priced below
+            plan.ahead_d = plan.ahead_s = None
     j = len(plan.durations)
-    n = plan.n
-    durations, starts = eng.pricer.decode_series(
-        n, plan.m0 + j * n, plan.longest + j, plan.k - j, now, until if until < t_arr else t_arr
-    )
-    plan.durations += durations
-    plan.starts += starts[1:]
-    end = starts[-1]
+    if end < cut and j < plan.k:
+        n = plan.n
+        durations, starts = eng.pricer.decode_series(
+            n, plan.m0 + j * n, plan.longest + j, plan.k - j, end, cut
+        )
+        plan.durations += durations
+        plan.starts += starts[1:]
+        end = starts[-1]
     if len(plan.durations) == plan.k or end >= t_arr:
         eng.sync()
     else:
         eng.now = end
     return True
+
+
+@cython.locals(
+    plan=PendingStretch,
+    j=cython.long,
+    n=cython.long,
+    last=cython.long,
+    p=cython.long,
+    idx=cython.long,
+    cut=cython.double,
+)
+def finish_start(eng: Engine, stop: float) -> float:
+    """A lower bound of when the engine's next step that may finish a request starts.
+
+    Valid while the engine receives no request: the engine's next event time, or, in a pending
+    stretch, the start of the stretch's last step (no request has its last token before that
+    step, also when the stretch ends early where free blocks run out) or of its first step at
+    or after its own next arrival, whichever comes first. Steps are priced ahead (kept for
+    ``continue_stretch``) only while they start before ``stop``: a result at or after ``stop``
+    says only that no step starting before it finishes a request.
+    """
+    plan = eng._plan
+    if plan is None:
+        return eng.next_event_time()
+    t_arr = plan.t_arr
+    cut = stop if stop < t_arr else t_arr
+    j = len(plan.durations)
+    last = plan.k - 1
+    if plan.ahead_d is None:
+        plan.ahead_d = []
+        plan.ahead_s = [plan.starts[j]]
+        plan.ahead_pos = 0
+    p = plan.ahead_pos
+    idx = p + last - j  # the last step's start in ahead_s
+    if idx >= len(plan.ahead_s) and plan.ahead_s[-1] < cut:
+        # Price from the first step not priced yet, to the last step or the cut.
+        j += len(plan.ahead_d) - p
+        n = plan.n
+        durations, starts = eng.pricer.decode_series(
+            n, plan.m0 + j * n, plan.longest + j, plan.k - j, plan.ahead_s[-1], cut
+        )
+        plan.ahead_d += durations
+        plan.ahead_s += starts[1:]
+    if idx < len(plan.ahead_s):
+        return plan.ahead_s[idx]
+    return plan.ahead_s[-1]  # at or after the cut: no step before it finishes
 
 
 @cython.locals(

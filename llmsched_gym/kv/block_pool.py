@@ -23,6 +23,20 @@ from typing import Any
 
 import cython
 
+_IOTA = array("l")
+"""-1, 0, 1, 2, ...: the free queue's initial links are slices of it (copied at C speed)."""
+_IDS: list[int] = []
+"""The int objects 0, 1, 2, ..., shared by every pool's block tables (read-only)."""
+
+
+def _iota(n: int) -> array:
+    """``_IOTA`` up to at least ``n`` (``_IDS`` grows with it)."""
+    global _IOTA, _IDS
+    if len(_IOTA) < n + 2:
+        _IDS = list(range(n + 1))
+        _IOTA = array("l", range(-1, n + 1))
+    return _IOTA
+
 
 class BlockPool:
     """All KV blocks of one instance: reference counts, hashes, free queue and cache map."""
@@ -40,11 +54,15 @@ class BlockPool:
         # first-inserted-wins semantics.
         self.tag: array[int] = array("l", bytes(8 * n))
         self._stamp = 0
-        # Linked list over ids 0..n-1 with sentinels HEAD = n and TAIL = n + 1.
+        # Linked list over ids 0..n-1 with sentinels HEAD = n and TAIL = n + 1: next[i] = i + 1,
+        # prev[i] = i - 1, built from slices of one shared 0, 1, 2, ... (a large pool is
+        # rebuilt at every environment reset; a list of its ids would take ~100 ms).
+        iota = _iota(n + 2)  # iota[i] == i - 1
         self._head, self._tail = n, n + 1
-        self._next: array[int] = array("l", [*range(1, n + 1), 0, -1])
-        self._prev: array[int] = array("l", [n, *range(0, n - 1), -1, n - 1])
-        self._next[n - 1] = self._tail
+        self._next: array[int] = iota[2 : n + 4]
+        self._next[n - 1], self._next[n], self._next[n + 1] = n + 1, 0, -1
+        self._prev: array[int] = iota[0 : n + 2]
+        self._prev[0], self._prev[n], self._prev[n + 1] = n, -1, n - 1
         # key -> block id, or list of ids when several blocks hold the same content (vLLM does not
         # de-duplicate: block tables are append-only). Lookups return the first inserted.
         self._cached: dict[Hashable, int | list[int]] = {}
@@ -60,7 +78,8 @@ class BlockPool:
         self._tg = self.tag
         self._nx = self._next
         self._pv = self._prev
-        self._ids = list(range(self.num_gpu_blocks))  # shared id objects for block tables
+        _iota(self.num_gpu_blocks)
+        self._ids = _IDS  # shared id objects for block tables
 
     def __reduce__(self) -> tuple[Any, tuple]:
         """Pickle and copy (``copy.deepcopy``, ``fork``) by state: the views are rebuilt."""

@@ -12,11 +12,16 @@ from llmsched_gym.kv.block_pool import BlockPool
 SHARED = list(range(1, 13))  # 12 tokens = 3 full blocks of 4
 
 
-def test_block_pool_starts_in_id_order_with_null_block_reserved():
-    pool = BlockPool(10, enable_caching=True)
+@pytest.mark.parametrize("n", [10, 2, 3, 5000, 7])  # one shared id range, grown on demand
+def test_block_pool_starts_in_id_order_with_null_block_reserved(n):
+    pool = BlockPool(n, enable_caching=True)
     assert pool.null_block == 0
-    assert pool.free_queue() == list(range(1, 10))
-    assert pool.num_free == 9
+    assert pool.free_queue() == list(range(1, n))
+    assert pool.num_free == n - 1
+    head, tail = n, n + 1
+    assert list(pool._prev) == [head, head, *range(1, n - 1), -1, n - 1]  # back links
+    assert pool._next[head] == 1 and pool._next[tail] == -1
+    assert pool.get_new_blocks(n - 1) == list(range(1, n))
 
 
 @pytest.mark.parametrize("exclusive", [False, True])
