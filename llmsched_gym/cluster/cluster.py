@@ -260,7 +260,7 @@ class Cluster:
         keep_finished: bool = True,
         records: str = "full",
     ) -> None:
-        from llmsched_gym.cost.registry import load_cost_model
+        from llmsched_gym.cost.registry import as_cost_model
         from llmsched_gym.policies.registry import make_policy
         from llmsched_gym.simulation import resolve_config
 
@@ -308,7 +308,7 @@ class Cluster:
         self.instances: list[Instance] = []
         used_policies: set[int] = set()
         for i, s in enumerate(specs):
-            model = load_cost_model(s.cost_model) if isinstance(s.cost_model, str) else s.cost_model
+            model = as_cost_model(s.cost_model, f"instance {s.name}: cost_model")
             cfg = resolve_config(
                 dict(s.engine) if isinstance(s.engine, Mapping) else s.engine, model
             )
