@@ -108,6 +108,28 @@ VLLM_MAX_NUM_SEQS = 256
 """vLLM 0.32.0's cap on running requests (``SchedulerConfig.max_num_seqs``): the one copy."""
 
 
+# Default cost models, each named for where it applies: different entry points serve different
+# users, so they keep different defaults (changing one would change every result computed without
+# naming a model); every result records the model it ran (``SimulationResult.cost_model``, the
+# command line's header lines).
+
+API_COST_MODEL = "constant:1.0"
+"""``simulate()``, ``run_cluster``, ``InstanceSpec`` and ``instance_specs`` without a model:
+every step costs one second, so a schedule (which request runs in which step) is visible with no
+profile; a timing result should name its model."""
+
+CLI_COST_MODEL = "vidur:llama-2-70b@h100-80gb/tp4"
+"""The command line's ``simulate``, ``compare`` and ``bench`` without ``--cost-model`` (and
+without a scenario): Llama-2-70B on four H100-80GB (Vidur-composed profile)."""
+
+SCENARIO_COST_MODEL = "vidur:llama-2-70b@a100-80gb/tp2"
+"""A scenario file without ``cost_model``: Llama-2-70B on two A100-80GB (Vidur-composed)."""
+
+TEXT2SQL_SLO_COST_MODEL = "roofline:llama-3.1-70b@a100-80gb/tp8"
+"""The Text-to-SQL workloads' base SLO when the caller gives no model: Llama-3.1-70B on eight
+A100-80GB (HexGen-Text2SQL, §5.1), priced by the roofline."""
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Settings of one simulated engine instance (the keys of ``--engine-config``).

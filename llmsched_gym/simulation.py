@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_gym._gc import gc_paused
-from llmsched_gym.config import EngineConfig
+from llmsched_gym.config import API_COST_MODEL, EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import RequestSpec
@@ -115,7 +115,7 @@ def simulate(
     trace: str | Path | Sequence[RequestSpec | Job],
     config: EngineConfig | dict | str | Path | None = None,
     scheduler: str | SchedulingPolicy = "vllm-v1",
-    cost_model: Any = "constant:1.0",
+    cost_model: Any = API_COST_MODEL,
     *,
     fast_forward: bool = True,
     schedule_log: str | Path | None = None,

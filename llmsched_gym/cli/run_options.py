@@ -13,10 +13,10 @@ import argparse
 from typing import Any
 
 from llmsched_gym.cli import common
-from llmsched_gym.config import EngineConfig
+from llmsched_gym.config import CLI_COST_MODEL, EngineConfig
 from llmsched_gym.errors import ConfigError
 
-DEFAULT_COST_MODEL = "vidur:llama-2-70b@h100-80gb/tp4"
+DEFAULT_COST_MODEL = CLI_COST_MODEL
 DEFAULT_TRACE = "splitwise-conv"
 
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)

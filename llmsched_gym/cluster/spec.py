@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llmsched_gym.config import EngineConfig
+from llmsched_gym.config import API_COST_MODEL, EngineConfig
 from llmsched_gym.errors import ConfigError, CostModelError, show
 
 __all__ = ["INSTANCE_KEYS", "PD_KEYS", "instance_specs", "validate_cluster"]
@@ -151,7 +151,7 @@ def _expand_names(name: str, count: int) -> list[str]:
 def instance_specs(
     cluster: Mapping[str, Any],
     engine: Mapping[str, Any] | None = None,
-    cost_model: str = "constant:1.0",
+    cost_model: str = API_COST_MODEL,
     scheduler: Any = "vllm-v1",
     scheduler_override: Any = None,
 ) -> list[Any]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_gym import _yaml
-from llmsched_gym.config import EngineConfig
+from llmsched_gym.config import SCENARIO_COST_MODEL, EngineConfig
 from llmsched_gym.core.job import Job
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.errors import ConfigError, LLMSchedError, show
@@ -64,7 +64,7 @@ class Scenario:
     description: str
     workload: Mapping[str, Any]
     engine: Mapping[str, Any] = field(default_factory=dict)
-    cost_model: str = "vidur:llama-2-70b@a100-80gb/tp2"
+    cost_model: str = SCENARIO_COST_MODEL
     scheduler: str = "vllm-v1"
     seed: int = 0
     slo: Mapping[str, float] = field(default_factory=dict)

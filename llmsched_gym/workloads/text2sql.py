@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_gym.config import TEXT2SQL_SLO_COST_MODEL
 from llmsched_gym.core.job import Job, Stage
 from llmsched_gym.core.request import RequestSpec
 from llmsched_gym.cost.base import CostModel
@@ -122,7 +123,7 @@ TRACE_DATABASES: dict[str, tuple[str, ...]] = {
 }
 """BIRD dev databases each trace draws its questions from (paper §5.1)."""
 
-DEFAULT_COST_MODEL = "roofline:llama-3.1-70b@a100-80gb/tp8"
+DEFAULT_COST_MODEL = TEXT2SQL_SLO_COST_MODEL
 """Cost model of the base SLO when the caller gives none: Llama-3.1-70B (paper §5.1), TP 8."""
 
 PROMPT_SOURCES = ("trace", "templates")
