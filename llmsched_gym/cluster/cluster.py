@@ -56,7 +56,7 @@ from llmsched_gym._gc import gc_paused
 from llmsched_gym.cluster.folded import Column, FinishedRecords
 from llmsched_gym.cluster.pd import PDConfig, decode_spec, prefill_spec, transfer_seconds
 from llmsched_gym.cluster.routers import InstanceView, LeastLoadRouter, make_router
-from llmsched_gym.config import EngineConfig
+from llmsched_gym.config import API_COST_MODEL, EngineConfig
 from llmsched_gym.core.engine import Engine, SchedulingPolicy
 from llmsched_gym.core.job import Job, JobState, JobTracker
 from llmsched_gym.core.request import Request, RequestSpec
@@ -101,7 +101,7 @@ class InstanceSpec:
     """What one instance runs: cost model, engine settings, local scheduler, role."""
 
     name: str
-    cost_model: Any = "constant:1.0"
+    cost_model: Any = API_COST_MODEL
     """A cost-model spec string or a cost model object."""
     engine: EngineConfig | Mapping[str, Any] | None = None
     """vLLM engine settings; ``num_gpu_blocks`` is derived from the cost profile when unset."""
