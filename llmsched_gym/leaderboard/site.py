@@ -214,9 +214,10 @@ def _board_table(site: Site, tb: Any, rows: Sequence[tuple[str, dict]], group: s
 
     task, levels = tb.task, _levels(tb.task)
     axis = Axis.of([r["score"] for r in tb.board])
+    folder_of = {sub.method: sub.folder.resolve() for sub in tb.submissions}
     out = []
     for label, r in rows:
-        page = site.folders.get(tb.folder_of[r["method"]])
+        page = site.folders.get(folder_of[r["method"]])
         method = esc(r["method"])
         out.append(
             [
@@ -593,17 +594,6 @@ def render_page(site: Site, page: Page, nav: Sequence[tuple[str, str]]) -> str:
     return document(page.title, page.body, nav, footer)
 
 
-@dataclass(frozen=True)
-class _Board:
-    """A task board with the folder of each method (for links to submission pages)."""
-
-    task: Any
-    submissions: list[Any]
-    methods: dict[str, list[dict[str, Any]]]
-    board: list[dict[str, Any]]
-    folder_of: dict[str, Path]
-
-
 def build_site(
     root: Path, suite: Any, dest: Path, extra: Sequence[PageSource] = ()
 ) -> dict[str, Page]:
@@ -616,11 +606,7 @@ def build_site(
     from llmsched_gym.leaderboard.validate import task_boards
 
     site = Site(root, suite, dest)
-    boards = {
-        name: _Board(tb.task, tb.submissions, tb.methods, tb.board,
-                     {s.method: s.folder.resolve() for s in tb.submissions})
-        for name, tb in task_boards(root, suite).items()
-    }  # fmt: skip
+    boards = task_boards(root, suite)
     papers = sorted(root.glob("*/experiments.yaml"))
     for name in boards:
         site.folders[(root / name.lower()).resolve()] = _task_file(name)
