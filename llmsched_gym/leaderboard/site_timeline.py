@@ -126,18 +126,23 @@ def timeline_svg(trace: Mapping[str, Any], window_s: float = WINDOW_S, lanes: in
         parts.append(_label(y + 20, name))
         parts += _counter(events, name, keys, x, t1, y)
         y += 40
-    lane_names = {
-        e["tid"]: e["args"]["name"]
-        for e in events
-        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["tid"] > 0
-    }
-    drawn = sorted(lane_names)[:lanes]
+    # One pass over the window's events: each lane's phases and abort marks, in trace order.
+    lanes_seen: set[int] = set()
+    by_lane: dict[int, list[Mapping[str, Any]]] = {}
+    for e in events:
+        tid = e.get("tid", 0)
+        if tid <= 0:
+            continue
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            lanes_seen.add(tid)
+        elif e.get("ph") in ("X", "i") and e["ts"] < t1:
+            by_lane.setdefault(tid, []).append(e)
+    drawn = sorted(lanes_seen)[:lanes]
     for row, tid in enumerate(drawn):
         yy = y + row * 9
-        for e in events:
-            if e.get("tid") != tid or e.get("ph") != "X" or e["ts"] >= t1:
-                continue
-            cls = _PHASE_CLASS.get(e.get("cat"))
+        marks = by_lane.get(tid, [])
+        for e in marks:
+            cls = _PHASE_CLASS.get(e.get("cat")) if e["ph"] == "X" else None
             if cls is None:
                 continue
             w = max(x(e["ts"] + e["dur"]) - x(e["ts"]), 0.3)
@@ -145,8 +150,8 @@ def timeline_svg(trace: Mapping[str, Any], window_s: float = WINDOW_S, lanes: in
                 f'<rect class="{cls}" x="{x(e["ts"])}" y="{yy}" width="{w:.2f}" height="7">'
                 f"<title>{esc(e['name'])} {e['dur'] / 1e3:.1f} ms</title></rect>"
             )
-        for e in events:
-            if e.get("tid") == tid and e.get("ph") == "i" and e["ts"] < t1:
+        for e in marks:
+            if e["ph"] == "i":
                 parts.append(f'<circle class="abt" cx="{x(e["ts"])}" cy="{yy + 3.5}" r="3"/>')
     if drawn:
         parts.append(_label(y + 10, f"lanes 1-{len(drawn)}"))
